@@ -1,0 +1,3 @@
+from crew.cli import main
+
+main()

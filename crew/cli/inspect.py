@@ -1,0 +1,124 @@
+"""Inspection commands: runs, status, mailbox, events."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from crew.cli.common import HomeOption, JsonOption, RunArgument, home_from, print_json, warn
+from crew.registry import Box, MessageStatus, RunStatus
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
+    app.command("status")(status)
+    app.command("mailbox")(mailbox)
+    app.command("events")(events)
+
+
+def runs(
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+    ] = None,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> None:
+    """List runs, newest first."""
+    from crew.views import list_runs
+
+    summaries = list_runs(home_from(home), status=status)
+    if json:
+        print_json([s.to_json() for s in summaries])
+        return
+    from crew import render
+
+    render.runs_table(summaries)
+
+
+def status(
+    run: RunArgument = "latest",
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> None:
+    """Show a run: its tasks, open questions, pending messages and warnings."""
+    from crew.run import RunStore
+    from crew.views import run_status
+
+    report = run_status(RunStore.open(home_from(home), run))
+    if json:
+        print_json(report.to_json())
+        return
+    from crew import render
+
+    render.status_view(report)
+
+
+def mailbox(
+    run: RunArgument,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    box: Annotated[Box | None, typer.Option("--box", help="Only this mailbox file.")] = None,
+    status: Annotated[
+        MessageStatus | None, typer.Option("--status", help="Only messages in this status.")
+    ] = None,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> None:
+    """Show the mailbox as a timeline per task: each message and what became of it."""
+    from crew.ids import check_task_id
+    from crew.run import RunStore
+    from crew.views import mailbox_view
+
+    if task is not None:
+        check_task_id(task)
+    views = mailbox_view(RunStore.open(home_from(home), run), task=task, box=box, status=status)
+    if json:
+        print_json([v.to_json() for v in views])
+        return
+    from crew import render
+
+    render.mailbox_view(views)
+
+
+def events(
+    run: RunArgument,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
+    ] = False,
+    type_: Annotated[
+        str | None,
+        typer.Option("--type", help="Only this event type, or a family such as 'task'."),
+    ] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only events of this task.")] = None,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> None:
+    """Print the event log (JSON lines with --json)."""
+    from crew.follow import follow_events
+    from crew.ids import check_task_id
+    from crew.run import RunStore
+    from crew.views import event_filter
+
+    if task is not None:
+        check_task_id(task)
+    matches = event_filter(type_, task)
+    store = RunStore.open(home_from(home), run)
+    if json:
+        from crew.models import Event
+
+        def show(event: Event) -> None:
+            sys.stdout.write(event.model_dump_json(exclude_none=True) + "\n")
+    else:
+        from crew.render import event_line
+
+        def show(event: Event) -> None:
+            sys.stdout.write(event_line(event) + "\n")
+
+    for event, bad in follow_events(store, follow=follow):
+        if bad is not None:
+            warn(f"skipped {bad.describe()}")
+        elif event is not None and matches(event):
+            show(event)
+            if follow:
+                sys.stdout.flush()

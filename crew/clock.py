@@ -1,0 +1,65 @@
+"""Timestamps and durations, in the one format crew writes (SPEC §2, §9)."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def now() -> str:
+    """The current time as an ISO-8601 UTC timestamp with microseconds and a `Z`."""
+    return format_timestamp(datetime.now(UTC))
+
+
+def format_timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime(TIMESTAMP_FORMAT)
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse a timestamp crew wrote (raises ValueError on anything else)."""
+    return datetime.strptime(text, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
+
+
+def seconds_since(text: str, *, at: datetime | None = None) -> float:
+    """Seconds elapsed from a crew timestamp to `at` (default: now)."""
+    return ((at or datetime.now(UTC)) - parse_timestamp(text)).total_seconds()
+
+
+def parse_duration(value: str | float | int) -> float:
+    """`500ms`, `30s`, `2m`, `1h`, `1d`, or a number of seconds -> seconds (ValueError if not)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like '30s', '2m' or a number of seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(
+                f"expected a duration like '500ms', '30s', '2m', '1h' or a number, got {value!r}"
+            )
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a non-negative duration, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form: `850ms`, `42s`, `3m12s`, `2h05m`."""
+    if seconds < 1:
+        return f"{max(seconds, 0) * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"

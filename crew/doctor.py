@@ -1,0 +1,224 @@
+"""`crew doctor`: find what is damaged in a run's files, and repair what can be repaired.
+
+Nothing is ever deleted: bad lines and torn tails go to `<file>.corrupt`, corrupt snapshots to
+`<file>.corrupt-<timestamp>`, and snapshots are rebuilt from events.jsonl.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crew.errors import CrewError
+from crew.lease import LeaseState, read_lease
+from crew.models import Event, MailboxMessage
+from crew.paths import STAGING_PREFIX, Home, RunPaths
+from crew.registry import Box
+from crew.run import RunStore
+from crew.store import jsonl
+
+
+@dataclass
+class Finding:
+    """One problem: where it is, what it is, and whether a repair fixed it."""
+
+    run_id: str
+    problem: str
+    path: Path | None = None
+    line: int | None = None
+    repairable: bool = True
+    repaired: bool = False
+
+    def location(self) -> str:
+        if self.path is None:
+            return self.run_id
+        return f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"runId": self.run_id, "problem": self.problem}
+        if self.path is not None:
+            data["file"] = str(self.path)
+        if self.line is not None:
+            data["line"] = self.line
+        data["repairable"] = self.repairable
+        data["repaired"] = self.repaired
+        return data
+
+
+@dataclass
+class DoctorReport:
+    runs: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    repair: bool = False
+
+    @property
+    def clean(self) -> bool:
+        """No problem left: none found, or (after a repair) every one fixed."""
+        return all(f.repaired for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "repair": self.repair,
+            "runs": self.runs,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> DoctorReport:
+    """Examine one run (`ref`) or every run of the home; with `repair`, fix what can be fixed."""
+    report = DoctorReport(repair=repair)
+    if ref is None:
+        report.findings.extend(_staging_leftovers(home, repair=repair))
+        run_ids = home.run_ids()
+    else:
+        run_ids = [home.resolve_run(ref).run_id]
+    for run_id in run_ids:
+        report.runs.append(run_id)
+        report.findings.extend(examine_run(RunStore(home.run(run_id)), repair=repair))
+    return report
+
+
+def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
+    """Every problem of one run, found (and with `repair`, fixed) under the run lock."""
+    findings: list[Finding] = []
+    run_id = store.run_id
+    with store.lock():
+        findings.extend(_check_logs(store.paths, run_id, repair=repair))
+        findings.extend(_check_temp_files(store.paths, run_id, repair=repair))
+        try:
+            recovery = store.recover(full=True)
+        except CrewError as exc:
+            findings.append(Finding(run_id, exc.message, repairable=False))
+            return findings
+        state_findings = _state_findings(store, recovery, run_id)
+        if repair and state_findings:
+            store.apply_recovery(recovery)
+            for finding in state_findings:
+                finding.repaired = True
+        findings.extend(state_findings)
+        findings.extend(_duplicate_seqs(store.paths, run_id))
+        run = recovery.state.run
+        if not run.status.terminal:
+            lease = read_lease(store.paths, stale_after=run.config.crew.leader_stale_after)
+            if lease.state is LeaseState.STALE:
+                findings.append(
+                    Finding(
+                        run_id,
+                        f"the run is {run.status} but its leader is gone ({lease.reason}): "
+                        f"`crew resume {run_id}` leads it again, `crew cancel {run_id}` ends it",
+                        path=store.paths.leader,
+                        repairable=False,
+                    )
+                )
+    return findings
+
+
+def _check_logs(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
+    findings: list[Finding] = []
+    logs: list[tuple[Path, type[Event] | type[MailboxMessage]]] = [(paths.events, Event)]
+    logs.extend((paths.box(b), MailboxMessage) for b in Box)
+    for path, model in logs:
+        result = jsonl.read(path, model)
+        found = [Finding(run_id, bad.reason, path=path, line=bad.line) for bad in result.bad]
+        if result.tail_bytes:
+            found.append(
+                Finding(
+                    run_id,
+                    f"torn tail: {result.tail_bytes} byte(s) after the last complete line "
+                    "(a write cut short by a crash)",
+                    path=path,
+                    line=result.line,
+                )
+            )
+        if repair and found:
+            jsonl.rewrite_clean(path, model)
+            for finding in found:
+                finding.repaired = True
+        findings.extend(found)
+    return findings
+
+
+def _state_findings(store: RunStore, recovery: Any, run_id: str) -> list[Finding]:
+    findings = [
+        Finding(
+            run_id,
+            f"snapshot is {why}" if why == "missing" else f"corrupt snapshot: {why}",
+            path=path,
+        )
+        for path, why in recovery.broken
+    ]
+    if recovery.mismatch:
+        findings.append(
+            Finding(
+                run_id,
+                "tasks.json or manifest.json disagrees with the state events.jsonl describes",
+                path=store.paths.tasks,
+            )
+        )
+    for box, missing in store.mailbox_gaps(recovery.unapplied).items():
+        ids = ", ".join(m.id for m in missing[:3]) + (", …" if len(missing) > 3 else "")
+        findings.append(
+            Finding(
+                run_id,
+                f"{len(missing)} message update(s) recorded in events.jsonl are missing here "
+                f"({ids})",
+                path=store.paths.box(box),
+            )
+        )
+    return findings
+
+
+def _duplicate_seqs(paths: RunPaths, run_id: str) -> list[Finding]:
+    seqs = Counter(e.seq for e in jsonl.read(paths.events, Event).records)
+    duplicated = sorted(seq for seq, count in seqs.items() if count > 1)
+    if not duplicated:
+        return []
+    shown = ", ".join(str(s) for s in duplicated[:5]) + (", …" if len(duplicated) > 5 else "")
+    return [
+        Finding(
+            run_id,
+            f"{len(duplicated)} event seq number(s) appear more than once ({shown}); "
+            "two copies of the log were merged",
+            path=paths.events,
+            repairable=False,
+        )
+    ]
+
+
+def _check_temp_files(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
+    """Temp files of atomic writes that a crash interrupted: never a record, safe to remove."""
+    findings: list[Finding] = []
+    for folder in (paths.root, paths.runtime_dir):
+        if not folder.is_dir():
+            continue
+        for temp in sorted(folder.glob(".*.tmp")):
+            finding = Finding(run_id, "leftover temp file of an interrupted write", path=temp)
+            if repair:
+                temp.unlink(missing_ok=True)
+                finding.repaired = True
+            findings.append(finding)
+    return findings
+
+
+def _staging_leftovers(home: Home, *, repair: bool) -> list[Finding]:
+    """Half-created runs (a crash during `crew run` before the run was published)."""
+    findings: list[Finding] = []
+    if not home.runs_dir.is_dir():
+        return findings
+    for folder in sorted(home.runs_dir.glob(f"{STAGING_PREFIX}*")):
+        if folder.name.endswith(jsonl.CORRUPT_SUFFIX):
+            continue  # set aside by an earlier repair
+        finding = Finding(
+            folder.name.removeprefix(STAGING_PREFIX),
+            "a run whose creation was interrupted (it never started)",
+            path=folder,
+        )
+        if repair:
+            aside = folder.with_name(folder.name + jsonl.CORRUPT_SUFFIX)
+            folder.rename(aside)
+            finding.repaired = True
+        findings.append(finding)
+    return findings

@@ -1,0 +1,86 @@
+"""Identifiers: generation, and validation before any id reaches a path (SPEC §2)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+
+from crew.errors import UsageError
+
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
+MAX_ID_LENGTH = 64
+
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+# A run reference is `latest` or a prefix of a run id: digits, `-` and lowercase hex only.
+_RUN_PREFIX_RE = re.compile(r"^[0-9a-f-]{1,64}$")
+_SESSION_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+
+LATEST = "latest"
+
+
+def new_run_id(moment: datetime | None = None) -> str:
+    """A run id that is safe in paths and sorts in creation order: `20261130-034100-7f3a`.
+
+    The last four hex digits are the fraction of the second (in 1/65536 s), so two runs created
+    within the same second still sort right; a clash (same instant) is retried by the creator.
+    """
+    moment = (moment or datetime.now(UTC)).astimezone(UTC)
+    fraction = moment.microsecond * 65536 // 1_000_000
+    return f"{moment.strftime('%Y%m%d-%H%M%S')}-{fraction:04x}"
+
+
+def new_message_id() -> str:
+    return f"msg_{secrets.token_hex(8)}"
+
+
+def new_event_id() -> str:
+    return f"evt_{secrets.token_hex(8)}"
+
+
+def new_contact_id() -> str:
+    return f"q_{secrets.token_hex(6)}"
+
+
+def is_task_id(value: str) -> bool:
+    return _TASK_ID_RE.match(value) is not None
+
+
+def is_run_id(value: str) -> bool:
+    return _RUN_ID_RE.match(value) is not None
+
+
+def check_task_id(value: str) -> str:
+    """Return `value` if it is a valid task id, else raise UsageError (exit 2)."""
+    if not is_task_id(value):
+        raise UsageError(
+            f"Invalid task id {_shown(value)}: expected 1-64 characters of a-z, 0-9, '_', '.', '-' "
+            "starting with a letter or digit."
+        )
+    return value
+
+
+def check_run_ref(value: str) -> str:
+    """Return `value` if it can name a run (`latest` or an id prefix), else raise UsageError."""
+    if value != LATEST and _RUN_PREFIX_RE.match(value) is None:
+        raise UsageError(
+            f"Invalid run id {_shown(value)}: expected a run id such as 20261130-034100-7f3a, "
+            "a unique prefix of one, or 'latest'."
+        )
+    return value
+
+
+def check_session(value: str) -> str:
+    """A session id is free text, but never empty, over-long, or carrying control characters."""
+    if _SESSION_RE.match(value) is None:
+        raise UsageError(
+            f"Invalid session id {_shown(value)}: expected 1-256 printable characters."
+        )
+    return value
+
+
+def _shown(value: str) -> str:
+    """An id quoted for an error message, cut short so a huge argument cannot flood the terminal."""
+    return repr(value if len(value) <= MAX_ID_LENGTH + 8 else value[:MAX_ID_LENGTH] + "…")

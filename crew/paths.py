@@ -1,0 +1,157 @@
+"""Where things live: the crew home, its runs, and every file of a run (SPEC §1).
+
+Every path crew touches is built here, and only from validated ids.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from crew.errors import NotFound, UsageError
+from crew.ids import LATEST, check_run_ref, check_task_id, is_run_id
+from crew.registry import Box
+
+HOME_DIRNAME = ".crew"
+CONFIG_FILENAME = "crew.toml"
+HOME_ENV = "CREW_HOME"
+#: A run is assembled in `runs/.new-<id>/` and renamed into place: it appears whole or not at all.
+STAGING_PREFIX = ".new-"
+
+
+@dataclass(frozen=True)
+class Home:
+    """A crew home: the `.crew` folder holding crew.toml and state/."""
+
+    root: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / CONFIG_FILENAME
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.state_dir / "runs"
+
+    def run(self, run_id: str) -> RunPaths:
+        """The paths of a run whose id is already known to be a full, valid run id."""
+        if not is_run_id(run_id):
+            check_run_ref(run_id)
+            raise UsageError(f"Invalid run id {run_id!r}: expected a full run id here.")
+        return RunPaths(run_id=run_id, root=self.runs_dir / run_id)
+
+    def staging(self, run_id: str) -> RunPaths:
+        return RunPaths(run_id=run_id, root=self.runs_dir / f"{STAGING_PREFIX}{run_id}")
+
+    def run_ids(self) -> list[str]:
+        """Ids of the runs in this home, oldest first (ids sort by creation time)."""
+        try:
+            names = os.listdir(self.runs_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in names if is_run_id(n) and (self.runs_dir / n).is_dir())
+
+    def resolve_run(self, ref: str) -> RunPaths:
+        """`latest`, a full id or a unique prefix of one -> the run's paths (NotFound otherwise)."""
+        check_run_ref(ref)
+        ids = self.run_ids()
+        if ref == LATEST:
+            if not ids:
+                raise NotFound(f"No runs in {self.runs_dir}.", hint="Start one with `crew run`.")
+            return self.run(ids[-1])
+        if ref in ids:
+            return self.run(ref)
+        matches = [i for i in ids if i.startswith(ref)]
+        if not matches:
+            raise NotFound(f"No run matches {ref!r} in {self.runs_dir}.", hint="See `crew runs`.")
+        if len(matches) > 1:
+            shown = ", ".join(matches[:5]) + (", …" if len(matches) > 5 else "")
+            raise UsageError(
+                f"Run id {ref!r} is ambiguous: it matches {len(matches)} runs ({shown})."
+            )
+        return self.run(matches[0])
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Every file of one run."""
+
+    run_id: str
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def tasks(self) -> Path:
+        return self.root / "tasks.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def mailbox_dir(self) -> Path:
+        return self.root / "mailbox"
+
+    def box(self, box: Box) -> Path:
+        return self.mailbox_dir / box.filename
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, task_id: str) -> Path:
+        return self.logs_dir / f"{check_task_id(task_id)}.log"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.root / ".runtime"
+
+    @property
+    def leader(self) -> Path:
+        return self.runtime_dir / "leader.json"
+
+    @property
+    def applied(self) -> Path:
+        """How far the snapshots and mailbox are known to reflect the event log (a cache)."""
+        return self.runtime_dir / "applied"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
+    @property
+    def leader_lock(self) -> Path:
+        return self.runtime_dir / "leader.lock"
+
+    def jsonl_files(self) -> list[Path]:
+        return [self.events, *(self.box(b) for b in Box)]
+
+
+def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | None = None) -> Home:
+    """The crew home: `explicit` (--home), else $CREW_HOME, else the nearest `.crew` walking up."""
+    named = explicit if explicit is not None else os.environ.get(HOME_ENV) or None
+    if named is not None:
+        root = Path(named).expanduser()
+        if not root.is_dir():
+            source = "--home" if explicit is not None else HOME_ENV
+            raise NotFound(
+                f"No crew home at {root} (from {source}).", hint="Create one with `crew init`."
+            )
+        return Home(root.resolve())
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / HOME_DIRNAME
+        if candidate.is_dir():
+            return Home(candidate)
+    raise NotFound(
+        f"No {HOME_DIRNAME} folder here or in any parent of {here}.",
+        hint="Create one with `crew init`, or name one with --home or CREW_HOME.",
+    )

@@ -1,0 +1,234 @@
+"""Every kind of name crew writes to disk, each in one registry.
+
+No string literal for a task status, run status, message kind, message status, contact type or
+event type appears anywhere else in the code: import the enum member from here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    NEEDS_REVIEW = "needs_review"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_TASK_STATUSES
+
+    @property
+    def live(self) -> bool:
+        """A worker process exists (or should) for a task in this status."""
+        return self in LIVE_TASK_STATUSES
+
+
+TERMINAL_TASK_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+LIVE_TASK_STATUSES = frozenset({TaskStatus.RUNNING, TaskStatus.WAITING, TaskStatus.NEEDS_REVIEW})
+
+_S = TaskStatus
+
+#: The one transition table. A status not listed as a key has no way out (terminal).
+#: `-> queued` from a live status is a retry or a restart of the worker (new attempt).
+TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    _S.QUEUED: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED}),
+    _S.RUNNING: frozenset(
+        {_S.WAITING, _S.NEEDS_REVIEW, _S.COMPLETED, _S.FAILED, _S.CANCELLED, _S.QUEUED}
+    ),
+    _S.WAITING: frozenset(
+        {_S.RUNNING, _S.NEEDS_REVIEW, _S.COMPLETED, _S.FAILED, _S.CANCELLED, _S.QUEUED}
+    ),
+    _S.NEEDS_REVIEW: frozenset(
+        {_S.RUNNING, _S.WAITING, _S.COMPLETED, _S.FAILED, _S.CANCELLED, _S.QUEUED}
+    ),
+}
+
+
+def can_transition(current: TaskStatus, new: TaskStatus) -> bool:
+    """Whether the transition table allows `current -> new`."""
+    return new in TASK_TRANSITIONS.get(current, frozenset())
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    NEEDS_REVIEW = "needs_review"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_RUN_STATUSES
+
+
+TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class Direction(StrEnum):
+    INBOX = "inbox"
+    OUTBOX = "outbox"
+
+
+class Box(StrEnum):
+    """The three mailbox files of a run."""
+
+    INBOX = "inbox"
+    OUTBOX = "outbox"
+    STEERING = "steering"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.value}.jsonl"
+
+
+class MessageKind(StrEnum):
+    RESPOND = "respond"
+    FOLLOW_UP = "followUp"
+    STEER = "steer"
+    NUDGE = "nudge"
+    CONTACT = "contact"
+    REPORT = "report"
+    ACK = "ack"
+
+    @property
+    def direction(self) -> Direction:
+        return Direction.OUTBOX if self in _OUTBOX_KINDS else Direction.INBOX
+
+    @property
+    def box(self) -> Box:
+        """The mailbox file that holds messages of this kind."""
+        return _KIND_BOX[self]
+
+    @property
+    def default_priority(self) -> Priority:
+        return _KIND_PRIORITY.get(self, Priority.NORMAL)
+
+    @property
+    def delivery_rank(self) -> int:
+        """Delivery order to a worker: respond, steer, nudge, followUp (lower goes first)."""
+        return _DELIVERY_ORDER.index(self) if self in _DELIVERY_ORDER else len(_DELIVERY_ORDER)
+
+
+class MessageStatus(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    ACKNOWLEDGED = "acknowledged"
+    REJECTED = "rejected"
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+
+_OUTBOX_KINDS = frozenset({MessageKind.CONTACT, MessageKind.REPORT, MessageKind.ACK})
+_KIND_BOX = {
+    MessageKind.RESPOND: Box.INBOX,
+    MessageKind.FOLLOW_UP: Box.INBOX,
+    MessageKind.STEER: Box.STEERING,
+    MessageKind.NUDGE: Box.STEERING,
+    MessageKind.CONTACT: Box.OUTBOX,
+    MessageKind.REPORT: Box.OUTBOX,
+    MessageKind.ACK: Box.OUTBOX,
+}
+_KIND_PRIORITY = {MessageKind.RESPOND: Priority.HIGH, MessageKind.STEER: Priority.HIGH}
+_DELIVERY_ORDER = (MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP)
+
+
+class ContactType(StrEnum):
+    """What a worker can say on an `@supervisor <type>: <text>` line."""
+
+    NEED_CONFIRMATION = "need_confirmation"
+    NEED_INPUT = "need_input"
+    NEED_SELECTION = "need_selection"
+    STATUS = "status"
+    PROGRESS = "progress"
+    NOTE = "note"
+    ACK = "ack"
+    DECISION = "decision"
+
+    @property
+    def blocking(self) -> bool:
+        """Blocking contacts put the task in `waiting` until someone responds."""
+        return self in BLOCKING_CONTACTS
+
+    @property
+    def report(self) -> bool:
+        return self in REPORT_CONTACTS
+
+
+BLOCKING_CONTACTS = frozenset(
+    {ContactType.NEED_CONFIRMATION, ContactType.NEED_INPUT, ContactType.NEED_SELECTION}
+)
+REPORT_CONTACTS = frozenset({ContactType.STATUS, ContactType.PROGRESS, ContactType.NOTE})
+
+
+class EventType(StrEnum):
+    """Every event type crew records in events.jsonl (SPEC §3)."""
+
+    RUN_CREATED = "run.created"
+    RUN_STARTED = "run.started"
+    RUN_FLAGGED = "run.flagged"
+    RUN_CLEARED = "run.cleared"
+    RUN_RESUMED = "run.resumed"
+    RUN_ENDED = "run.ended"
+    LEADER_STARTED = "leader.started"
+    LEADER_STOPPED = "leader.stopped"
+    TASK_QUEUED = "task.queued"
+    TASK_STARTED = "task.started"
+    TASK_WAITING = "task.waiting"
+    TASK_RESPONDED = "task.responded"
+    TASK_FLAGGED = "task.flagged"
+    TASK_RETRIED = "task.retried"
+    TASK_COMPLETED = "task.completed"
+    TASK_FAILED = "task.failed"
+    TASK_CANCELLED = "task.cancelled"
+    SUPERVISOR_CONTACT = "supervisor.contact"
+    SUPERVISOR_REPORT = "supervisor.report"
+    SUPERVISOR_MALFORMED = "supervisor.malformed"
+    AGENT_STEERED = "agent.steered"
+    AGENT_FOLLOWED_UP = "agent.followed_up"
+    AGENT_NUDGED = "agent.nudged"
+    MAILBOX_DELIVERED = "mailbox.delivered"
+    MAILBOX_ACKNOWLEDGED = "mailbox.acknowledged"
+    MAILBOX_REJECTED = "mailbox.rejected"
+    MAILBOX_DROPPED = "mailbox.dropped"
+    OWNERSHIP_OVERRIDDEN = "ownership.overridden"
+    OWNERSHIP_TRANSFERRED = "ownership.transferred"
+    ATTENTION_DECISION = "attention.decision"
+    STATE_REPAIRED = "state.repaired"
+
+
+#: The event recorded when a task enters each status.
+TASK_STATUS_EVENT: dict[TaskStatus, EventType] = {
+    TaskStatus.QUEUED: EventType.TASK_QUEUED,
+    TaskStatus.RUNNING: EventType.TASK_STARTED,
+    TaskStatus.WAITING: EventType.TASK_WAITING,
+    TaskStatus.NEEDS_REVIEW: EventType.TASK_FLAGGED,
+    TaskStatus.COMPLETED: EventType.TASK_COMPLETED,
+    TaskStatus.FAILED: EventType.TASK_FAILED,
+    TaskStatus.CANCELLED: EventType.TASK_CANCELLED,
+}
+
+
+class AgentInput(StrEnum):
+    """How the leader writes messages to a worker's stdin."""
+
+    JSONL = "jsonl"
+    TEXT = "text"
+
+
+class AgentProtocol(StrEnum):
+    """The adapter that speaks to an agent (SPEC §10)."""
+
+    CREW = "crew"
+    TEXT = "text"
+    PI = "pi"
+    CLAUDE_CODE = "claude-code"
+    CODEX = "codex"

@@ -1,0 +1,25 @@
+"""Who is acting: the session recorded as a run's owner and checked by every mutating command."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+
+from crew.ids import check_session
+
+SESSION_ENV = "CREW_SESSION_ID"
+
+
+def current_session(explicit: str | None = None) -> str:
+    """`explicit` (--session), else $CREW_SESSION_ID, else `<user>@<host>`."""
+    if explicit is not None:
+        return check_session(explicit)
+    from_env = os.environ.get(SESSION_ENV)
+    if from_env:
+        return check_session(from_env)
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"

@@ -1,0 +1,377 @@
+"""Append-only JSONL files: atomic appends, tolerant reads, incremental following, upsert folds.
+
+Writers hold the run lock (crew.store.lock) around every append; readers take no lock at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from crew.config import DEFAULT_LINE_LIMIT
+from crew.errors import StoreError
+from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled
+
+M = TypeVar("M", bound=BaseModel)
+
+CORRUPT_SUFFIX = ".corrupt"
+_BLOCK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line a reader skipped: where it is and why."""
+
+    path: Path
+    line: int
+    offset: int
+    size: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass
+class ReadResult(Generic[M]):
+    """What a tolerant read found, and where the next incremental read starts."""
+
+    records: list[M] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    #: Byte offset just past the last complete line read.
+    offset: int = 0
+    #: Line number of the next line.
+    line: int = 1
+    #: Bytes after the last `\n`: a line still being written, or a torn write.
+    tail_bytes: int = 0
+
+
+def _reason(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(p) for p in error["loc"])
+    text = str(error["msg"])
+    return f"{where}: {text}" if where else text
+
+
+def _lines(path: Path, offset: int, line: int) -> Iterator[tuple[int, int, bytes]]:
+    """Yield `(line number, offset, raw)` for each complete line from `offset`, blank ones too."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        handle.seek(offset)
+        position = offset
+        number = line
+        for raw in handle:
+            if raw[-1:] != b"\n":
+                return  # unterminated: still being written, or torn by a crash
+            yield number, position, raw
+            position += len(raw)
+            number += 1
+
+
+def _parse(path: Path, model: type[M], number: int, start: int, raw: bytes) -> M | BadLine:
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        return BadLine(path, number, start, len(raw), _reason(exc))
+
+
+def scan(
+    path: Path, model: type[M], *, offset: int = 0, line: int = 1
+) -> Iterator[tuple[int, int, M | BadLine]]:
+    """Yield `(line, offset, record or BadLine)` for each complete line from `offset`.
+
+    Never raises on file content: blank lines are skipped, invalid ones yielded as BadLine, and an
+    unterminated last line is left for a later read (it is being written, or was torn by a crash).
+    """
+    for number, start, raw in _lines(path, offset, line):
+        if not raw.isspace():
+            yield number, start, _parse(path, model, number, start, raw)
+
+
+def read(path: Path, model: type[M], *, offset: int = 0, line: int = 1) -> ReadResult[M]:
+    """Read every complete line from `offset`, tolerantly (see `scan`)."""
+    result: ReadResult[M] = ReadResult(offset=offset, line=line)
+    for number, start, raw in _lines(path, offset, line):
+        result.offset = start + len(raw)
+        result.line = number + 1
+        if raw.isspace():
+            continue
+        item = _parse(path, model, number, start, raw)
+        if isinstance(item, BadLine):
+            result.bad.append(item)
+        else:
+            result.records.append(item)
+    result.tail_bytes = max(0, _size(path) - result.offset)
+    return result
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def fold(records: Iterable[M], key: Callable[[M], str]) -> dict[str, M]:
+    """Upsert fold: the latest record per key, in first-seen order of the keys."""
+    folded: dict[str, M] = {}
+    for record in records:
+        folded[key(record)] = record
+    return folded
+
+
+def last_record(path: Path, model: type[M]) -> M | None:
+    """The last valid record of a file, read backwards from its end: O(1) in the file's length."""
+    for raw in _reverse_lines(path):
+        if raw.isspace() or not raw:
+            continue
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError:
+            continue
+    return None
+
+
+def tail_records(path: Path, model: type[M], count: int) -> list[M]:
+    """Up to `count` last valid records, oldest first (for checking what the tail holds)."""
+    found: list[M] = []
+    if count <= 0:
+        return found
+    for raw in _reverse_lines(path):
+        if raw.isspace() or not raw:
+            continue
+        try:
+            found.append(model.model_validate_json(raw))
+        except ValidationError:
+            continue
+        if len(found) == count:
+            break
+    found.reverse()
+    return found
+
+
+def _reverse_lines(path: Path) -> Iterator[bytes]:
+    """Complete lines of a file from the last to the first, without reading it all."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        position = handle.seek(0, os.SEEK_END)
+        carry = b""
+        seen_newline = False
+        while position > 0:
+            size = min(_BLOCK, position)
+            position -= size
+            handle.seek(position)
+            parts = (handle.read(size) + carry).split(b"\n")
+            carry = parts[0]
+            complete = parts[1:]
+            if not seen_newline:
+                if not complete:
+                    carry = b""  # still inside an unterminated tail: not a record yet
+                    continue
+                complete = complete[:-1]
+                seen_newline = True
+            yield from reversed(complete)
+        if carry and seen_newline:
+            yield carry
+
+
+@dataclass
+class Poll(Generic[M]):
+    """What a follower found since its last poll."""
+
+    records: list[M] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    #: The file was replaced or shrank: these records start again from its beginning.
+    reset: bool = False
+
+
+class Follower(Generic[M]):
+    """Reads a JSONL file incrementally: each poll costs only the bytes appended since the last.
+
+    If the file is replaced (a repair rewrites it under a new inode) or shrinks, the follower
+    starts again from the beginning and reports `reset`, so the caller can de-duplicate by id.
+    """
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path = path
+        self.model = model
+        self.offset = 0
+        self.line = 1
+        self._inode: int | None = None
+
+    def poll(self) -> Poll[M]:
+        """New complete lines since the last poll."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            replaced = self._inode is not None
+            self.offset, self.line, self._inode = 0, 1, None
+            return Poll(reset=replaced)
+        reset = self._inode is not None and (
+            stat.st_ino != self._inode or stat.st_size < self.offset
+        )
+        if reset:
+            self.offset, self.line = 0, 1
+        self._inode = stat.st_ino
+        if stat.st_size == self.offset:
+            return Poll(reset=reset)
+        result = read(self.path, self.model, offset=self.offset, line=self.line)
+        self.offset, self.line = result.offset, result.line
+        return Poll(result.records, result.bad, reset)
+
+
+def check_line(line: bytes, *, limit: int = DEFAULT_LINE_LIMIT) -> None:
+    """A record line must be one `\\n`-terminated line within the size limit."""
+    if not line.endswith(b"\n") or b"\n" in line[:-1]:
+        raise StoreError(
+            "Refusing to append: a record must be exactly one newline-terminated line."
+        )
+    if len(line) > limit:
+        raise StoreError(
+            f"Refusing to append a {len(line)}-byte line: the limit is {limit} bytes.",
+            hint="Send large content as a file path instead.",
+        )
+
+
+def append(path: Path, lines: Sequence[bytes], *, limit: int = DEFAULT_LINE_LIMIT) -> int:
+    """Append whole lines with one `write()` on an O_APPEND descriptor. Caller holds the run lock.
+
+    A torn tail left by a crash is first moved to `<file>.corrupt`, so a new record is never glued
+    to half of an old one. A short or failed write is rolled back and raised as StoreError: a
+    reader never sees half a record. Returns the offset where the lines begin.
+    """
+    for line in lines:
+        check_line(line, limit=limit)
+    data = b"".join(lines)
+    created = False
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        created = True
+    try:
+        start = _cut_torn_tail(fd, path)
+        try:
+            written = os.write(fd, data)
+        except OSError as exc:
+            _roll_back(fd, start)
+            raise _write_error(path, exc) from None
+        if written != len(data):
+            _roll_back(fd, start)
+            raise StoreError(
+                f"Could not append to {path}: only {written} of {len(data)} bytes fit "
+                "(is the disk full?). Nothing was recorded."
+            )
+        if fsync_enabled():
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created and fsync_enabled():
+        fsync_dir(path.parent)
+    return start
+
+
+def _write_error(path: Path, exc: OSError) -> StoreError:
+    if exc.errno in {errno.ENOSPC, errno.EDQUOT}:
+        return StoreError(f"Could not append to {path}: the disk is full. Nothing was recorded.")
+    return StoreError(f"Could not append to {path}: {exc.strerror}. Nothing was recorded.")
+
+
+def _roll_back(fd: int, size: int) -> None:
+    # If even this fails, the unterminated remains are a torn tail: readers skip it, and the next
+    # append moves it aside.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+
+
+def _cut_torn_tail(fd: int, path: Path) -> int:
+    """If the file does not end in `\\n`, move the bytes after the last `\\n` aside. -> new size."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    cut = size
+    while cut > 0:
+        begin = max(0, cut - _BLOCK)
+        block = os.pread(fd, cut - begin, begin)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            cut = begin + newline + 1
+            break
+        cut = begin
+    torn = os.pread(fd, size - cut, cut)
+    set_aside(path, [torn])
+    os.ftruncate(fd, cut)
+    return cut
+
+
+def set_aside(path: Path, pieces: Sequence[bytes]) -> Path:
+    """Append damaged bytes to `<file>.corrupt`, one piece per line: nothing is ever deleted."""
+    target = path.with_name(path.name + CORRUPT_SUFFIX)
+    data = b"".join(p if p.endswith(b"\n") else p + b"\n" for p in pieces)
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, data)
+        if fsync_enabled():
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return target
+
+
+@dataclass
+class Cleanup:
+    """What `rewrite_clean` set aside."""
+
+    bad: list[BadLine] = field(default_factory=list)
+    torn_bytes: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.bad or self.torn_bytes)
+
+
+def rewrite_clean(path: Path, model: type[M]) -> Cleanup:
+    """Move bad lines and a torn tail to `<file>.corrupt`; atomically rewrite the rest. Locked.
+
+    The file is replaced (a new inode), so followers notice and re-read it.
+    """
+    from crew.store.snapshot import write_atomic
+
+    cleanup = Cleanup()
+    kept: list[bytes] = []
+    aside: list[bytes] = []
+    end = 0
+    for number, start, raw in _lines(path, 0, 1):
+        end = start + len(raw)
+        if raw.isspace():
+            continue
+        item = _parse(path, model, number, start, raw)
+        if isinstance(item, BadLine):
+            cleanup.bad.append(item)
+            aside.append(raw)
+        else:
+            kept.append(raw)
+    size = _size(path)
+    if size > end:
+        with path.open("rb") as handle:
+            handle.seek(end)
+            torn = handle.read()
+        cleanup.torn_bytes = len(torn)
+        aside.append(torn)
+    if cleanup.changed:
+        set_aside(path, aside)
+        write_atomic(path, b"".join(kept))
+    return cleanup

@@ -1,0 +1,77 @@
+"""Atomic JSON snapshots: temp file, fsync, replace, directory fsync; corrupt ones quarantined."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from crew import clock
+from crew.errors import Corrupt, StoreError
+from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, write_all
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace `path` with `data` so a reader sees the old content or the new, never a mix.
+
+    `durable` fsyncs the file and its folder (when the CREW_FSYNC policy allows).
+    """
+    durable = durable and fsync_enabled()
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        try:
+            write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except OSError as exc:
+        raise StoreError(
+            f"Could not write {path}: {exc.strerror}. It was left as it was."
+        ) from None
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def dump_model(model: BaseModel) -> bytes:
+    """Pretty JSON, 2-space indent, keys in schema order, trailing newline."""
+    return model.model_dump_json(indent=2, exclude_none=True).encode() + b"\n"
+
+
+def dump_list(adapter: TypeAdapter[list[T]], items: list[T]) -> bytes:
+    return adapter.dump_json(items, indent=2, exclude_none=True) + b"\n"
+
+
+def load(path: Path, adapter: TypeAdapter[T]) -> T:
+    """Read and validate a snapshot; FileNotFoundError if absent, Corrupt if unreadable."""
+    raw = path.read_bytes()
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in error["loc"])
+        detail = f"{where}: {error['msg']}" if where else str(error["msg"])
+        raise Corrupt(
+            f"{path} is corrupt ({detail}).",
+            hint="`crew doctor --repair` sets it aside and rebuilds it from events.jsonl.",
+        ) from None
+
+
+def quarantine(path: Path) -> Path:
+    """Move a corrupt snapshot aside as `<file>.corrupt-<timestamp>`; it is never deleted."""
+    stamp = clock.now().replace(":", "").replace("-", "")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, target)
+    if fsync_enabled():
+        fsync_dir(path.parent)
+    return target

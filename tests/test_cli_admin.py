@@ -1,0 +1,204 @@
+"""init, doctor, schema — and the error boundary of the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import CliResult, snapshot_files
+
+from crew.paths import Home
+from crew.registry import TaskStatus
+from crew.run import RunStore
+from crew.schemas import SCHEMAS
+
+Cli = Callable[..., CliResult]
+MakeRun = Callable[..., RunStore]
+
+
+def test_init_creates_a_home_and_leaves_an_existing_one_untouched(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CREW_HOME")
+    project = tmp_path / "project"
+    project.mkdir()
+
+    result = cli("init", str(project))
+
+    home = project / ".crew"
+    assert result.code == 0 and f"Created {home}" in result.out
+    assert (home / "crew.toml").read_text().startswith("# crew.toml")
+    assert (home / "state" / ".gitignore").read_text().count(".runtime/") == 1
+    assert "*.jsonl merge=union" in (home / "state" / ".gitattributes").read_text()
+    assert (home / "state").stat().st_mode & 0o777 == 0o700
+
+    (home / "crew.toml").write_text("# mine\n")
+    again = cli("init", str(project))
+    assert again == CliResult(0, "", f"crew: {home} already exists; left it untouched.\n")
+    assert (home / "crew.toml").read_text() == "# mine\n"
+
+
+def test_init_without_a_folder_uses_crew_home(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "custom-home"
+    monkeypatch.setenv("CREW_HOME", str(target))
+
+    assert cli("init").code == 0
+    assert (target / "crew.toml").is_file()
+
+
+def test_init_json(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CREW_HOME")
+    result = json.loads(cli("init", "--json").out)
+    assert result == {"home": str(tmp_path / ".crew"), "created": False}
+
+
+def test_schema_prints_every_format_or_one(cli: Cli) -> None:
+    everything = json.loads(cli("schema").out)
+    assert list(everything) == list(SCHEMAS)
+
+    task = json.loads(cli("schema", "task").out)
+    assert task["title"] == "task"
+    assert "waitingSince" in task["properties"] and "waiting_since" not in task["properties"]
+    statuses = task["$defs"]["TaskStatus"]["enum"]
+    assert statuses == [s.value for s in TaskStatus]
+
+    config = json.loads(cli("schema", "config").out)
+    assert "autoRespond" in config["properties"]
+
+    unknown = cli("schema", "nope")
+    assert unknown.code == 2
+    assert unknown.err == (
+        "crew: error: Unknown schema 'nope': expected one of "
+        "manifest, tasks, task, event, message, contact, leader, config.\n"
+    )
+
+
+def _damage(store: RunStore) -> None:
+    with store.paths.events.open("ab") as handle:
+        handle.write(b"not json at all\n")
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+    (store.paths.mailbox_dir / "inbox.jsonl").write_bytes(b'{"id": "msg_1", "truncated')
+    store.paths.manifest.write_text('{"runId": ')
+
+
+def test_doctor_finds_repairs_and_then_finds_nothing(cli: Cli, make_run: MakeRun) -> None:
+    store = make_run()
+    _damage(store)
+
+    found = cli("doctor")
+    assert found.code == 1
+    assert f"{store.paths.events}:4: " in found.out
+    assert f"{store.paths.mailbox_dir / 'inbox.jsonl'}:1: torn tail" in found.out
+    assert f"{store.paths.manifest}: corrupt snapshot" in found.out
+    assert "Run `crew doctor --repair` to fix what can be fixed." in found.out
+
+    repaired = cli("doctor", "--repair")
+    assert repaired.code == 0, repaired.out
+    assert repaired.out.count("[repaired]") == 3
+
+    assert cli("doctor") == CliResult(0, "Checked 1 run: no problems found.\n", "")
+    assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+    assert b"not json at all" in store.paths.events.with_name("events.jsonl.corrupt").read_bytes()
+    assert len(list(store.paths.root.glob("manifest.json.corrupt-*"))) == 1
+
+
+def test_doctor_json_lists_findings_with_file_and_line(cli: Cli, make_run: MakeRun) -> None:
+    store = make_run()
+    with store.paths.events.open("ab") as handle:
+        handle.write(b"{}\n")
+
+    result = cli("doctor", store.run_id, "--json")
+
+    assert result.code == 1
+    report = json.loads(result.out)
+    assert report["clean"] is False and report["runs"] == [store.run_id]
+    assert report["findings"][0]["file"] == str(store.paths.events)
+    assert report["findings"][0]["line"] == 4
+    assert report["findings"][0]["repairable"] is True
+
+
+def test_doctor_reports_a_stale_leader_it_cannot_repair(cli: Cli, make_run: MakeRun) -> None:
+    store = make_run()
+    store.paths.leader.write_text(
+        json.dumps(
+            {
+                "pid": 2**22 + 12345,  # beyond pid_max on most systems: surely gone
+                "host": os.uname().nodename,
+                "session": "x",
+                "epoch": 1,
+                "startedAt": "2026-11-30T03:41:00.123456Z",
+                "heartbeatAt": "2026-11-30T03:41:00.123456Z",
+            }
+        )
+    )
+
+    result = cli("doctor", "--repair")
+
+    assert result.code == 1
+    assert "its leader is gone" in result.out and f"crew resume {store.run_id}" in result.out
+    assert "[needs attention]" in result.out
+
+
+def test_doctor_on_a_healthy_home_changes_nothing(cli: Cli, make_run: MakeRun, home: Home) -> None:
+    make_run()
+    before = snapshot_files(home.root)
+
+    assert cli("doctor", "--repair").code == 0
+    assert snapshot_files(home.root) == before
+
+
+def test_doctor_sets_aside_a_half_created_run(cli: Cli, home: Home) -> None:
+    (home.runs_dir / ".new-20261130-034100-7f3a").mkdir(parents=True)
+
+    assert cli("doctor").code == 1
+    assert cli("doctor", "--repair").code == 0
+    assert cli("doctor").code == 0
+    assert (home.runs_dir / ".new-20261130-034100-7f3a.corrupt").is_dir()
+
+
+def _crew(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crew", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_python_dash_m_crew_and_the_console_script_work() -> None:
+    from crew import __version__
+
+    assert _crew("--version").stdout == f"crew {__version__}\n"
+    script = Path(sys.executable).with_name("crew")
+    completed = subprocess.run([script, "--version"], capture_output=True, text=True, check=False)
+    assert completed.stdout == f"crew {__version__}\n"
+
+
+def test_errors_have_no_traceback_unless_crew_debug_is_set(make_run: MakeRun) -> None:
+    store = make_run()
+    store.paths.manifest.write_text("{")
+    store.paths.events.write_text("junk\n")
+
+    quiet = _crew("status")
+    assert quiet.returncode == 1
+    assert quiet.stderr.startswith(f"crew: error: Run {store.run_id} has no readable state")
+    assert "Traceback" not in quiet.stderr
+
+    loud = _crew("status", env={"CREW_DEBUG": "1"})
+    assert "Traceback" in loud.stderr
+
+
+def test_usage_errors_exit_2(cli: Cli) -> None:
+    result = cli("status", "--bogus")
+
+    assert result.code == 2
+    assert "No such option: --bogus" in result.err

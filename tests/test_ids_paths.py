@@ -1,0 +1,118 @@
+"""Ids are validated before they reach a path; homes and runs are found as documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crew import ids
+from crew.errors import NotFound, UsageError
+from crew.paths import Home, find_home
+
+HOSTILE = ["../x", "/etc/passwd", "a/../../b", "", "a" * 65, "..", ".", "a/b", "A", "x\x00y"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_task_ids_are_refused(value: str) -> None:
+    with pytest.raises(UsageError, match="Invalid task id"):
+        ids.check_task_id(value)
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if v not in {"A"}])
+def test_hostile_run_ids_are_refused_before_any_path_is_built(value: str, home: Home) -> None:
+    with pytest.raises(UsageError, match="Invalid run id"):
+        home.resolve_run(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_an_accepted_task_id_is_always_a_plain_file_name(value: str) -> None:
+    try:
+        accepted = ids.check_task_id(value)
+    except UsageError:
+        return
+    assert "/" not in accepted and "\x00" not in accepted
+    assert accepted not in {".", ".."} and 1 <= len(accepted) <= 64
+    assert Path(accepted).name == accepted
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_an_accepted_run_reference_never_leaves_the_runs_folder(value: str) -> None:
+    try:
+        ids.check_run_ref(value)
+    except UsageError:
+        return
+    assert "/" not in value and ".." not in value and "\x00" not in value
+
+
+def test_new_run_ids_are_valid_and_time_sortable() -> None:
+    from datetime import UTC, datetime
+
+    early = ids.new_run_id(datetime(2026, 11, 30, 3, 41, 0, tzinfo=UTC))
+    late = ids.new_run_id(datetime(2026, 11, 30, 3, 41, 1, tzinfo=UTC))
+
+    assert re.match(r"^20261130-034100-[0-9a-f]{4}$", early)
+    assert ids.is_run_id(early) and early < late
+
+
+def test_message_event_and_contact_ids_have_their_prefixes() -> None:
+    assert ids.new_message_id().startswith("msg_")
+    assert ids.new_event_id().startswith("evt_")
+    assert ids.new_contact_id().startswith("q_")
+    assert len({ids.new_message_id() for _ in range(1000)}) == 1000
+
+
+def test_runs_resolve_by_latest_full_id_and_unique_prefix(home: Home) -> None:
+    for run_id in ("20261130-034100-aaaa", "20261130-034100-bbbb", "20261130-034200-cccc"):
+        (home.runs_dir / run_id).mkdir(parents=True)
+    (home.runs_dir / ".new-20261130-050000-dddd").mkdir()  # a run being created: not listed
+
+    assert home.resolve_run("latest").run_id == "20261130-034200-cccc"
+    assert home.resolve_run("20261130-034100-bbbb").run_id == "20261130-034100-bbbb"
+    assert home.resolve_run("20261130-034100-a").run_id == "20261130-034100-aaaa"
+    assert home.resolve_run("20261130-0342").run_id == "20261130-034200-cccc"
+    with pytest.raises(UsageError, match="ambiguous: it matches 2 runs"):
+        home.resolve_run("20261130-0341")
+    with pytest.raises(NotFound, match="No run matches"):
+        home.resolve_run("1999")
+
+
+def test_latest_in_an_empty_home_is_not_found(home: Home) -> None:
+    with pytest.raises(NotFound, match="No runs in"):
+        home.resolve_run("latest")
+
+
+def test_the_home_is_found_by_walking_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CREW_HOME")
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+
+    assert find_home(nested).root == (tmp_path / ".crew").resolve()
+
+
+def test_crew_home_and_the_home_option_name_a_home_directly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.setenv("CREW_HOME", str(other))
+
+    assert find_home().root == other.resolve()
+    assert find_home(explicit=tmp_path / ".crew").root == (tmp_path / ".crew").resolve()
+    with pytest.raises(NotFound, match=r"No crew home at .*missing \(from --home\)"):
+        find_home(explicit=tmp_path / "missing")
+
+
+def test_no_home_anywhere_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CREW_HOME")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (tmp_path / ".crew").rmdir()
+
+    with pytest.raises(NotFound, match=r"No \.crew folder here or in any parent"):
+        find_home(bare)

@@ -1,0 +1,365 @@
+"""A run's state: creation, transactions, the event log as source of truth, crash recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SESSION, snapshot_files
+
+from crew import ids
+from crew.errors import Corrupt, NotFound, Refused, StaleLeader
+from crew.models import Event, MailboxMessage, SupervisorContact
+from crew.paths import Home
+from crew.registry import (
+    Box,
+    ContactType,
+    Direction,
+    EventType,
+    MessageKind,
+    MessageStatus,
+    Priority,
+    RunStatus,
+    TaskStatus,
+)
+from crew.run import RunStore, rebuild, same_state
+from crew.store import jsonl
+
+MakeRun = Callable[..., RunStore]
+
+
+def steer(store: RunStore, task: str, body: str, at: str) -> MailboxMessage:
+    return MailboxMessage(
+        id=ids.new_message_id(),
+        direction=Direction.INBOX,
+        kind=MessageKind.STEER,
+        from_="leader",
+        to=task,
+        task_id=task,
+        body=body,
+        status=MessageStatus.PENDING,
+        priority=Priority.HIGH,
+        sent_at=at,
+    )
+
+
+def test_a_new_run_has_every_file_and_its_creation_in_the_log(make_run: MakeRun) -> None:
+    store = make_run()
+    paths = store.paths
+
+    assert paths.manifest.is_file() and paths.tasks.is_file() and paths.events.is_file()
+    assert all(paths.box(b).is_file() for b in Box)
+    assert paths.logs_dir.is_dir() and paths.runtime_dir.is_dir()
+    state = store.state()
+    assert state.run.owner_session_id == SESSION
+    assert state.run.status is RunStatus.RUNNING
+    assert [t.id for t in state.task_list()] == ["plan", "build"]
+    assert all(t.status is TaskStatus.QUEUED for t in state.task_list())
+    types = [e.type for e in store.events().records]
+    assert types == [EventType.RUN_CREATED, EventType.TASK_QUEUED, EventType.TASK_QUEUED]
+
+
+def test_the_state_folder_is_private(make_run: MakeRun, home: Home) -> None:
+    make_run()
+
+    assert home.state_dir.stat().st_mode & 0o777 == 0o700
+    assert home.runs_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_no_file_is_group_or_world_writable_even_with_a_lax_umask(make_run: MakeRun) -> None:
+    old = os.umask(0)
+    try:
+        store = make_run()
+        with store.transaction() as txn:
+            txn.post(steer(store, "plan", "x", txn.at), EventType.AGENT_STEERED)
+    finally:
+        os.umask(old)
+
+    for path in store.paths.root.rglob("*"):
+        assert path.stat().st_mode & 0o022 == 0, path
+
+
+def test_snapshots_are_pretty_with_keys_in_schema_order(make_run: MakeRun) -> None:
+    store = make_run()
+
+    text = store.paths.manifest.read_text()
+    assert text.endswith("}\n") and text.startswith('{\n  "runId": ')
+    keys = list(json.loads(text))
+    assert keys == [
+        "runId", "crew", "status", "ownerSessionId", "leaderEpoch", "createdAt", "crewDir",
+        "config", "stateVersion",
+    ]  # fmt: skip
+    tasks_text = store.paths.tasks.read_text()
+    assert tasks_text.startswith('[\n  {\n    "id": "plan",') and tasks_text.endswith("]\n")
+    assert list(json.loads(tasks_text)[0])[:5] == ["id", "agent", "title", "prompt", "status"]
+
+
+def test_a_transition_writes_an_event_carrying_the_new_state(make_run: MakeRun) -> None:
+    store = make_run()
+
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at, pid=4242)
+
+    last = store.events().records[-1]
+    assert last.type is EventType.TASK_STARTED and last.task_id == "plan"
+    assert last.data is not None and last.data["task"]["status"] == "running"
+    assert last.data["task"]["pid"] == 4242
+    assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+
+
+def test_an_illegal_transition_is_refused_and_writes_nothing(make_run: MakeRun) -> None:
+    store = make_run()
+    before = snapshot_files(store.paths.root)
+
+    with (
+        pytest.raises(Refused, match="cannot go from queued to waiting"),
+        store.transaction() as txn,
+    ):
+        txn.transition("plan", TaskStatus.WAITING)
+
+    assert snapshot_files(store.paths.root) == before
+
+
+def test_an_error_inside_a_transaction_writes_nothing(make_run: MakeRun) -> None:
+    store = make_run()
+    before = snapshot_files(store.paths.root)
+
+    with pytest.raises(NotFound), store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+        txn.post(steer(store, "plan", "go", txn.at), EventType.AGENT_STEERED)
+        txn.task("nope")
+
+    assert snapshot_files(store.paths.root) == before
+
+
+def test_seq_numbers_continue_across_transactions(make_run: MakeRun) -> None:
+    store = make_run()
+    for _ in range(3):
+        with store.transaction() as txn:
+            txn.record(EventType.ATTENTION_DECISION, task_id="plan", data={"action": "continue"})
+
+    assert [e.seq for e in store.events().records] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_run_ends_when_every_task_is_terminal(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+        txn.transition("plan", TaskStatus.COMPLETED, exit_code=0)
+    assert store.state().run.status is RunStatus.RUNNING
+
+    with store.transaction() as txn:
+        txn.transition("build", TaskStatus.RUNNING)
+        txn.transition("build", TaskStatus.FAILED, exit_code=3)
+
+    state = store.state()
+    assert state.run.status is RunStatus.FAILED and state.run.ended_at is not None
+    assert store.events().records[-1].type is EventType.RUN_ENDED
+
+
+def test_a_flagged_task_flags_the_run_and_clearing_it_clears_the_run(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+        txn.transition("plan", TaskStatus.NEEDS_REVIEW, error="stalled")
+    assert store.state().run.status is RunStatus.NEEDS_REVIEW
+
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING, error=None)
+
+    assert store.state().run.status is RunStatus.RUNNING
+    types = [e.type for e in store.events().records]
+    assert EventType.RUN_FLAGGED in types and types[-1] is EventType.RUN_CLEARED
+
+
+def test_snapshots_can_be_rebuilt_from_the_event_log(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
+        contact = SupervisorContact(
+            id=ids.new_contact_id(),
+            task_id="plan",
+            type=ContactType.NEED_SELECTION,
+            prompt="Which DB?",
+            options=["pg", "sqlite"],
+            asked_at=txn.at,
+        )
+        txn.transition("plan", TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
+    with store.transaction() as txn:
+        txn.update_run(EventType.OWNERSHIP_TRANSFERRED, owner_session_id="other@host")
+
+    rebuilt = rebuild(store.events().records)
+
+    assert rebuilt is not None and same_state(rebuilt, store.state())
+    assert rebuilt.run.owner_session_id == "other@host"
+    assert rebuilt.tasks["plan"].contact is not None
+
+
+def test_a_newer_leader_epoch_fences_a_stale_leader_out(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.update_run(EventType.LEADER_STARTED, leader_epoch=2)
+    before = snapshot_files(store.paths.root)
+
+    with pytest.raises(StaleLeader, match="epoch 2, not 1"), store.transaction(epoch=1) as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+
+    assert snapshot_files(store.paths.root) == before
+    with store.transaction(epoch=2) as txn:
+        txn.transition("plan", TaskStatus.RUNNING)
+
+
+def test_the_transaction_sees_its_own_mailbox_writes(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        first = txn.post(steer(store, "plan", "one", txn.at), EventType.AGENT_STEERED)
+        assert list(txn.messages(Box.STEERING)) == [first.id]
+        second = txn.post(steer(store, "plan", "two", txn.at), EventType.AGENT_STEERED)
+        assert list(txn.messages(Box.STEERING)) == [first.id, second.id]
+
+    assert [m.body for m in store.messages(Box.STEERING)] == ["one", "two"]
+    event = store.events().records[-1]
+    assert event.data is not None and event.data["mailboxMessage"]["body"] == "two"
+
+
+# ----------------------------------------------------------------- crash recovery
+
+
+def _crash_after_events(store: RunStore, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """Run a transaction that dies after its event append, before `stage` is written."""
+
+    class Crash(Exception):
+        pass
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise Crash
+
+    if stage == "mailbox":
+        real_append = jsonl.append
+        calls = {"n": 0}
+
+        def append_then_die(path: Path, lines: list[bytes], **kw: object) -> int:
+            calls["n"] += 1
+            if calls["n"] > 1:  # the first append is the events: let it through
+                raise Crash
+            return real_append(path, lines)
+
+        monkeypatch.setattr(jsonl, "append", append_then_die)
+    elif stage == "snapshots":
+        monkeypatch.setattr(RunStore, "_write_snapshots", boom)
+    else:
+        monkeypatch.setattr(RunStore, "_write_applied", boom)
+    with pytest.raises(Crash), store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
+        txn.post(steer(store, "plan", "use sqlite", txn.at), EventType.AGENT_STEERED)
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("stage", ["mailbox", "snapshots", "marker"])
+def test_a_write_interrupted_after_its_events_is_completed_by_the_next_writer(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    store = make_run()
+    _crash_after_events(store, monkeypatch, stage)
+
+    # Readers already see the state the events describe, and say a write was interrupted.
+    recovery = store.load()
+    assert recovery.state.tasks["plan"].status is TaskStatus.RUNNING
+    assert any("interrupted" in w for w in recovery.warnings())
+
+    with store.transaction() as txn:
+        assert txn.repairs  # it rolled the interrupted write forward first
+        txn.transition("build", TaskStatus.CANCELLED, error="test")
+
+    assert store.load().clean
+    assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+    steering = jsonl.read(store.paths.box(Box.STEERING), MailboxMessage).records
+    assert [m.body for m in steering] == ["use sqlite"]  # written exactly once
+    assert json.loads(store.paths.tasks.read_text())[0]["status"] == "running"
+
+
+def test_a_corrupt_snapshot_is_quarantined_and_rebuilt_never_reset(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
+    store.paths.tasks.write_text('[{"id": "plan", "status": "bogus"')
+
+    recovery = store.load()  # readers show the rebuilt state, and say why
+    assert recovery.state.tasks["plan"].status is TaskStatus.RUNNING
+    assert any("tasks.json is unreadable" in w for w in recovery.warnings())
+
+    with store.transaction() as txn:
+        assert any("set it aside" in r for r in txn.repairs)
+
+    quarantined = list(store.paths.root.glob("tasks.json.corrupt-*"))
+    assert len(quarantined) == 1
+    assert quarantined[0].read_text() == '[{"id": "plan", "status": "bogus"'
+    assert store.load().clean
+    assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+
+
+def test_a_missing_marker_triggers_a_full_check_that_finds_nothing_wrong(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    with store.transaction() as txn:
+        txn.post(steer(store, "plan", "a", txn.at), EventType.AGENT_STEERED)
+    store.paths.applied.unlink()
+    files = snapshot_files(store.paths.root)
+
+    recovery = store.load()
+    assert recovery.full and not recovery.mismatch and not recovery.broken
+
+    with store.transaction():
+        pass
+    after = snapshot_files(store.paths.root)
+    after.pop(".runtime/applied")
+    files.pop(".runtime/applied", None)
+    assert after == files  # only the marker was written back
+
+
+def test_snapshots_that_disagree_with_events_are_reported_and_rewritten(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    tasks = json.loads(store.paths.tasks.read_text())
+    tasks[0]["status"] = "completed"  # someone edited the snapshot by hand
+    store.paths.tasks.write_text(json.dumps(tasks))
+    store.paths.applied.unlink()
+
+    recovery = store.load()
+    assert recovery.mismatch
+    assert recovery.state.tasks["plan"].status is TaskStatus.QUEUED
+
+    with store.transaction():
+        pass
+    assert json.loads(store.paths.tasks.read_text())[0]["status"] == "queued"
+
+
+def test_a_run_with_no_readable_state_is_a_clear_error(make_run: MakeRun) -> None:
+    store = make_run()
+    store.paths.manifest.write_text("{")
+    store.paths.events.write_text("junk\n")
+
+    with pytest.raises(Corrupt, match="has no readable state"):
+        store.load()
+
+
+def test_a_snapshot_from_a_newer_crew_is_refused(make_run: MakeRun) -> None:
+    store = make_run()
+    manifest = json.loads(store.paths.manifest.read_text())
+    manifest["stateVersion"] = 99
+    store.paths.manifest.write_text(json.dumps(manifest))
+
+    with pytest.raises(Refused, match="written by a newer crew"):
+        store.load()
+
+
+def test_events_carry_the_run_id_and_a_timestamp_in_utc(make_run: MakeRun) -> None:
+    store = make_run()
+    for event in jsonl.read(store.paths.events, Event).records:
+        assert event.run_id == store.run_id
+        assert event.at.endswith("Z") and len(event.at) == 27
