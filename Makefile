@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench clean
+.PHONY: test lint typecheck unit install bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test: lint typecheck unit
 
 bench: install
 	$(BIN)/python -m bench
+
+docs: install
+	$(BIN)/python -m crew.docgen
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

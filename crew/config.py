@@ -55,54 +55,84 @@ class ConfigModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="forbid",
+        use_attribute_docstrings=True,
     )
 
 
 class CrewSection(ConfigModel):
+    """`[crew]`: the crew as a whole."""
+
     name: Annotated[str, Field(pattern=NAME_PATTERN)] = "crew"
     max_parallel: Annotated[int, Field(ge=1, le=10_000)] = 4
+    """How many tasks run at once."""
     leader_stale_after: Duration = 10.0
+    """A leader whose heartbeat is older than this is gone (`crew resume` may take over)."""
 
 
 class AgentConfig(ConfigModel):
-    #: Argument list; a string is split like a shell would, but never run through one.
+    """`[agents.<name>]`: a program that runs tasks."""
+
     command: Annotated[list[str], BeforeValidator(_split_command), Field(min_length=1)]
+    """Argument list with {prompt}, {task}, {run}, {crewDir} placeholders; a string is split
+    like a shell would, but never run through one."""
     protocol: AgentProtocol = AgentProtocol.CREW
+    """How crew talks to it: crew (the worker protocol), text, pi, claude-code, codex."""
     input: AgentInput = AgentInput.JSONL
+    """jsonl: messages arrive as JSON frames; text: as single sanitized lines."""
     cwd: str | None = None
+    """Working folder, relative to crew.toml's folder; default: the folder holding the home."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables."""
     timeout: Duration | None = None
+    """Stop and fail a task that runs longer than this."""
     stall_after: Duration | None = None
+    """Nudge a running task that prints nothing for this long."""
     max_nudges: Annotated[int, Field(ge=0)] = 2
+    """Automatic nudges before a silent task is flagged needs_review."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
+    """Runs of a failing task in all (1: no retry)."""
     wait_timeout: Duration | None = None
+    """Flag a task that waits for an answer longer than this."""
 
 
 class TaskConfig(ConfigModel):
+    """`[[tasks]]`: one task, run by an agent."""
+
     id: Annotated[str, Field(pattern=TASK_ID_PATTERN)]
     agent: str
+    """The `[agents.<name>]` that runs it."""
     prompt: str
+    """The task's instructions: `{prompt}` in the agent's command."""
     title: str | None = None
     depends_on: list[str] = Field(default_factory=list)
+    """Tasks that must complete first; if one fails or is cancelled, this one is cancelled."""
     max_attempts: Annotated[int, Field(ge=1)] | None = None
+    """Overrides the agent's maxAttempts."""
 
 
 class LimitsConfig(ConfigModel):
     """Backpressure and size limits, per task."""
 
     max_pending_steers: Annotated[int, Field(ge=1)] = 50
+    """Undelivered steer + nudge messages per task; beyond it the oldest is dropped."""
     max_pending_follow_ups: Annotated[int, Field(ge=1)] = 50
+    """Undelivered followUp messages per task; beyond it the oldest is dropped."""
     warn_pending: Annotated[int, Field(ge=0)] = 20
+    """Warn when a task has more undelivered messages than this."""
     max_body_bytes: Annotated[int, Field(ge=1, le=DEFAULT_LINE_LIMIT // 8)] = DEFAULT_BODY_LIMIT
+    """The largest message body, in UTF-8 bytes."""
 
 
 class AutoRespondRule(ConfigModel):
     """Answer a matching question unattended, through the ordinary respond path."""
 
     type: ContactType
+    """The question type it answers: need_confirmation, need_input or need_selection."""
     match: str = ""
+    """A regular expression searched in the question (empty: any question)."""
     answer: str
     task: str | None = None
+    """Only questions of this task."""
 
     @field_validator("type")
     @classmethod
@@ -130,7 +160,7 @@ class AutoRespondRule(ConfigModel):
 
 
 class CrewConfig(ConfigModel):
-    """The whole crew definition, as resolved from crew.toml."""
+    """crew.toml: the whole crew definition."""
 
     crew: CrewSection = Field(default_factory=CrewSection)
     agents: dict[str, AgentConfig]

@@ -43,6 +43,7 @@ class StateModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="ignore",
+        use_attribute_docstrings=True,
     )
 
     def to_line(self) -> bytes:
@@ -58,52 +59,80 @@ class SupervisorContact(StateModel):
     """A question a worker asked; answered exactly once."""
 
     id: Annotated[str, Field(pattern=r"^q_[0-9a-z]{1,32}$")]
+    """Contact id, `q_…`."""
     task_id: TaskId
+    """The task that asked."""
     type: ContactType
+    """need_confirmation, need_input or need_selection."""
     prompt: str
+    """The question, as the worker wrote it."""
     options: list[str] = Field(default_factory=list)
+    """The allowed answers of a need_selection question."""
     asked_at: Timestamp
     answered_at: Timestamp | None = None
     answer_id: str | None = None
+    """The respond message that answered it."""
 
 
 class Task(StateModel):
+    """One task of a run, defined in crew.toml."""
+
     id: TaskId
+    """Task id from crew.toml."""
     agent: str
+    """The agent (crew.toml `[agents.<name>]`) that runs it."""
     title: str
+    """A short title: crew.toml `title`, else the first line of the prompt."""
     prompt: str
     status: TaskStatus
+    """queued, running, waiting, needs_review, or terminal: completed, failed, cancelled."""
     depends_on: list[TaskId] = Field(default_factory=list)
+    """Tasks that must complete before this one starts."""
     attempt: Annotated[int, Field(ge=0)] = 0
+    """Which attempt runs (or ran) last: 0 before the first start."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
     pid: int | None = None
+    """The worker's process id (its process group id too) while it runs."""
     started_at: Timestamp | None = None
     ended_at: Timestamp | None = None
     waiting_since: Timestamp | None = None
+    """When the open question was asked."""
     last_output_at: Timestamp | None = None
+    """When the worker last printed anything."""
     exit_code: int | None = None
     contact: SupervisorContact | None = None
+    """The open question, while the task waits for an answer."""
     nudges: Annotated[int, Field(ge=0)] = 0
+    """Automatic nudges sent since the worker last printed anything."""
     error: str | None = None
+    """Why the task failed, was cancelled or was flagged."""
 
 
 class MailboxMessage(StateModel):
     """One line of a mailbox file; a later line with the same id supersedes it."""
 
     id: Annotated[str, Field(pattern=r"^msg_[0-9a-z]{1,32}$")]
+    """Message id, `msg_…`: the key of the upsert log."""
     direction: Direction
+    """inbox (to a worker) or outbox (from a worker)."""
     kind: MessageKind
     from_: Annotated[Party, Field(alias="from")]
+    """A task id, or "leader"."""
     to: Party
+    """A task id, or "leader"."""
     task_id: TaskId
+    """The task the message concerns."""
     body: str
     status: MessageStatus
+    """pending, delivered, acknowledged or rejected."""
     priority: Priority
     sent_at: Timestamp
     delivered_at: Timestamp | None = None
     acknowledged_at: Timestamp | None = None
     reason: str | None = None
+    """Why the message was rejected."""
     data: dict[str, Any] | None = None
+    """Free-form details: source, contactId, idempotencyKey, contact type, …"""
 
 
 class Run(StateModel):
@@ -111,15 +140,21 @@ class Run(StateModel):
 
     run_id: RunId
     crew: str
+    """The crew's name (crew.toml `[crew] name`)."""
     status: RunStatus
+    """running or needs_review while live; completed, failed or cancelled once ended."""
     owner_session_id: str
+    """The session allowed to change the run (others need --force)."""
     leader_epoch: Annotated[int, Field(ge=0)] = 0
+    """Incremented each time a leader takes the run: fences out a stale leader."""
     created_at: Timestamp
     ended_at: Timestamp | None = None
-    #: The folder that held crew.toml: `{crewDir}` and agents' relative `cwd` resolve against it.
     crew_dir: str
+    """The folder that held crew.toml: `{crewDir}` and agents' relative `cwd` resolve against it."""
     config: CrewConfig
+    """The crew definition as resolved when the run started."""
     state_version: int = STATE_VERSION
+    """The format version of the state files; a newer one is refused."""
 
 
 class Event(StateModel):
@@ -127,12 +162,15 @@ class Event(StateModel):
 
     id: Annotated[str, Field(pattern=r"^evt_[0-9a-z]{1,32}$")]
     seq: Annotated[int, Field(ge=1)]
+    """1, 2, 3, … per run, in order, unique."""
     run_id: RunId
     at: Timestamp
     type: EventType
     task_id: TaskId | None = None
     message: str | None = None
+    """A one-line description for people."""
     data: dict[str, Any] | None = None
+    """Details; `task`, `run` and `mailboxMessage` hold the new state of what changed."""
 
 
 class LeaderInfo(StateModel):
@@ -142,10 +180,12 @@ class LeaderInfo(StateModel):
     host: str
     session: str
     epoch: int
+    """The leader epoch this leader holds (see Run.leaderEpoch)."""
     started_at: Timestamp
     heartbeat_at: Timestamp
-    #: How the leader notices mailbox writes: "watch" (file events) or "poll" (stat fallback).
-    delivery: str = "watch"
+    """Refreshed every second; older than leaderStaleAfter means the leader is gone."""
+    watcher: str = "inotify"
+    """How the leader notices mailbox writes: inotify, watchfiles, or poll (no file events)."""
 
 
 TaskList = TypeAdapter(list[Task])

@@ -12,14 +12,14 @@ from crew.models import Event, LeaderInfo, MailboxMessage, Run, SupervisorContac
 
 #: name -> (what it describes, the type)
 SCHEMAS: dict[str, tuple[str, Any]] = {
-    "manifest": ("manifest.json: the run", Run),
-    "tasks": ("tasks.json: every task of the run, in crew.toml order", list[Task]),
+    "manifest": ("`manifest.json`: the run", Run),
+    "tasks": ("`tasks.json`: every task of the run, in crew.toml order", list[Task]),
     "task": ("one task", Task),
-    "event": ("one line of events.jsonl", Event),
-    "message": ("one line of inbox.jsonl, outbox.jsonl or steering.jsonl", MailboxMessage),
-    "contact": ("a worker's open question (Task.contact)", SupervisorContact),
-    "leader": (".runtime/leader.json: the leader lease", LeaderInfo),
-    "config": ("crew.toml: the crew definition", CrewConfig),
+    "event": ("one line of `events.jsonl`", Event),
+    "message": ("one line of `inbox.jsonl`, `outbox.jsonl` or `steering.jsonl`", MailboxMessage),
+    "contact": ("a worker's open question (`Task.contact`)", SupervisorContact),
+    "leader": ("`.runtime/leader.json`: the leader lease", LeaderInfo),
+    "config": ("`crew.toml`: the crew definition", CrewConfig),
 }
 
 

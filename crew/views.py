@@ -108,7 +108,7 @@ def run_status(store: RunStore) -> StatusReport:
             warnings.append(
                 f"no leader is running: run `crew resume {state.run.run_id}` to lead the run"
             )
-        elif lease.leader is not None and lease.leader.delivery != "watch":
+        elif lease.leader is not None and lease.leader.watcher == "poll":
             warnings.append(
                 "file events are unavailable here: the leader polls the mailbox instead"
             )

@@ -202,3 +202,9 @@ def test_usage_errors_exit_2(cli: Cli) -> None:
 
     assert result.code == 2
     assert "No such option: --bogus" in result.err
+
+
+def test_the_generated_docs_are_up_to_date() -> None:
+    from crew.docgen import main
+
+    assert main(["--check"]) == 0, "run `make docs` and commit the result"

@@ -22,7 +22,8 @@ from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled
 M = TypeVar("M", bound=BaseModel)
 
 CORRUPT_SUFFIX = ".corrupt"
-_BLOCK = 64 * 1024
+_BLOCK = 256 * 1024
+_FIRST_BLOCK = 4 * 1024
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,10 @@ def _reverse_lines(path: Path) -> Iterator[bytes]:
         position = handle.seek(0, os.SEEK_END)
         carry = b""
         seen_newline = False
+        block = _FIRST_BLOCK  # most lines are short: start small, grow while nothing is found
         while position > 0:
-            size = min(_BLOCK, position)
+            size = min(block, position)
+            block = min(block * 4, _BLOCK)
             position -= size
             handle.seek(position)
             parts = (handle.read(size) + carry).split(b"\n")

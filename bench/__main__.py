@@ -1,0 +1,56 @@
+"""`python -m bench [--quick] [--only NAME]`: run the benchmarks, print a table, save results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from bench import history
+from bench.common import Row
+
+BENCHMARKS = {"history": history.run}
+RESULTS = Path(__file__).with_name("results.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast check")
+    parser.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    started = time.time()
+    for name in args.only or list(BENCHMARKS):
+        print(f"running {name}…", file=sys.stderr, flush=True)
+        rows.extend(BENCHMARKS[name](quick=args.quick))
+    print_table(rows)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": f"{platform.machine()}, {platform.system()} {platform.release()}, "
+                f"Python {platform.python_version()}",
+                "seconds": round(time.time() - started, 1),
+                "rows": [r.to_json() for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {RESULTS}", file=sys.stderr)
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = ("benchmark", "case", "median (min–max)", "ratio", "goal")
+    cells = [(r.benchmark, r.case, r.result, r.ratio, r.goal) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cell in cells:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Generate the reference parts of docs/ from the code, so they cannot drift from it.
+
+`python -m crew.docgen` rewrites them; `python -m crew.docgen --check` fails when they are stale
+(the test suite runs the check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crew.schemas import SCHEMAS, schema
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+FORMATS_INTRO = """\
+# File formats
+
+Every file of a run, as `crew schema NAME` prints its JSON Schema. Generated from the models by
+`python -m crew.docgen`; do not edit by hand.
+
+JSON names are camelCase. Optional fields are left out when empty. Timestamps are ISO-8601 UTC
+with microseconds and a `Z` (`2026-11-30T03:41:00.123456Z`). Snapshots (`*.json`) are
+pretty-printed with 2-space indents, keys in the order below and a trailing newline; JSONL files
+hold one compact object per line, keys in the same order.
+
+| file | schema |
+| --- | --- |
+| `manifest.json` | [manifest](#manifest) |
+| `tasks.json` | [tasks](#tasks): an array of [task](#task), in crew.toml order |
+| `events.jsonl` | [event](#event), one per line |
+| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; a later line with the same `id` supersedes an earlier one |
+| `.runtime/leader.json` | [leader](#leader) |
+| `crew.toml` | [config](#config) |
+"""
+
+
+def _type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        target = defs.get(name, {})
+        if "enum" in target:
+            return " \\| ".join(f"`{v}`" for v in target["enum"])
+        for section, root in _ROOTS.items():
+            if root == name:
+                return f"[{section}](#{section})"
+        return name
+    if "enum" in node:
+        return " \\| ".join(f"`{v}`" for v in node["enum"])
+    if "anyOf" in node:
+        parts = [_type_of(p, defs) for p in node["anyOf"] if p.get("type") != "null"]
+        return " or ".join(parts)
+    kind = node.get("type")
+    if kind == "array":
+        return f"array of {_type_of(node.get('items', {}), defs)}"
+    if kind == "object" and "additionalProperties" in node:
+        inner = node["additionalProperties"]
+        return f"map of {_type_of(inner, defs)}" if isinstance(inner, dict) and inner else "object"
+    if kind == "string" and node.get("pattern"):
+        return "timestamp" if "T\\d{2}" in node["pattern"] else "string"
+    return str(kind or "any")
+
+
+def _fields_table(model: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    required = set(model.get("required", []))
+    lines = ["| field | type | required | meaning |", "| --- | --- | --- | --- |"]
+    for name, node in model.get("properties", {}).items():
+        text = " ".join(str(node.get("description", "")).split())
+        default = node.get("default")
+        if default not in (None, [], {}) and name not in required:
+            text = f"{text} Default: `{_literal(default)}`.".strip()
+        text = text.replace("|", "\\|")
+        mandatory = "yes" if name in required else ""
+        lines.append(f"| `{name}` | {_type_of(node, defs)} | {mandatory} | {text} |")
+    return lines
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def file_formats() -> str:
+    out = [FORMATS_INTRO]
+    for name, (description, _kind) in SCHEMAS.items():
+        document = schema(name)
+        defs = document.get("$defs", {})
+        out.append(f"\n## {name}\n\n{description}.\n")
+        if document.get("type") == "array":
+            out.append(f"An array of [{_type_of(document['items'], defs).lower()}](#task).\n")
+            continue
+        out.extend(_fields_table(document, defs))
+        for sub in _nested(document, defs):
+            out.append(f"\n### {name}: {sub}\n")
+            sub_doc = defs[sub]
+            if sub_doc.get("description"):
+                out.append(" ".join(sub_doc["description"].split()) + "\n")
+            out.extend(_fields_table(sub_doc, defs))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _nested(document: dict[str, Any], defs: dict[str, Any]) -> list[str]:
+    """Object types a schema refers to, in the order first met (enums are shown inline).
+
+    A type with a section of its own (the crew.toml config inside the manifest) is not repeated.
+    """
+    found: list[str] = [_ROOTS[n] for n in _ROOTS if n != document["title"]]
+    skip = len(found)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if ref:
+                name = ref.rsplit("/", 1)[-1]
+                target = defs.get(name, {})
+                if "properties" in target and name not in found:
+                    found.append(name)
+                    walk(target)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk({key: value for key, value in document.items() if key != "$defs"})
+    return found[skip:]
+
+
+#: Schemas whose root type is documented in its own section.
+_ROOTS = {"config": "CrewConfig"}
+
+
+GENERATED: dict[str, Callable[[], str]] = {"file-formats.md": file_formats}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m crew.docgen", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if a generated doc is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, generate in GENERATED.items():
+        path = DOCS / name
+        text = generate()
+        current = path.read_text() if path.exists() else None
+        if current == text:
+            continue
+        if args.check:
+            stale.append(name)
+        else:
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"stale: {', '.join(stale)}; run `python -m crew.docgen`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
