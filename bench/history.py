@@ -48,7 +48,9 @@ def _run_with_history(root: Path, events: int) -> RunStore:
         batch: list[bytes] = []
         for _ in range(max(0, events - seq)):
             seq += 1
-            batch.append(template.model_copy(update={"seq": seq, "id": f"evt_{seq:016x}"}).to_line())
+            batch.append(
+                template.model_copy(update={"seq": seq, "id": f"evt_{seq:016x}"}).to_line()
+            )
             if len(batch) == 10_000:
                 handle.write(b"".join(batch))
                 batch.clear()
@@ -81,7 +83,7 @@ def run(quick: bool = False) -> list[Row]:
             {size: (lambda size=size: append_and_poll(size)) for size in sizes}
         )
         full_read = measure(lambda: jsonl.read(stores[sizes[1]].paths.events, Event), runs=5)
-    smallest, largest = sizes[0], sizes[-1]
+    smallest = sizes[0]
     for size in sizes:
         rows.append(
             Row(

@@ -32,7 +32,8 @@ hold one compact object per line, keys in the same order.
 | `manifest.json` | [manifest](#manifest) |
 | `tasks.json` | [tasks](#tasks): an array of [task](#task), in crew.toml order |
 | `events.jsonl` | [event](#event), one per line |
-| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; a later line with the same `id` supersedes an earlier one |
+| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
+a later line with the same `id` supersedes an earlier one |
 | `.runtime/leader.json` | [leader](#leader) |
 | `crew.toml` | [config](#config) |
 """
@@ -40,7 +41,7 @@ hold one compact object per line, keys in the same order.
 
 def _type_of(node: dict[str, Any], defs: dict[str, Any]) -> str:
     if "$ref" in node:
-        name = node["$ref"].rsplit("/", 1)[-1]
+        name: str = node["$ref"].rsplit("/", 1)[-1]
         target = defs.get(name, {})
         if "enum" in target:
             return " \\| ".join(f"`{v}`" for v in target["enum"])
