@@ -1,4 +1,4 @@
-"""Timestamps and durations, in the one format crew writes (SPEC §2, §9)."""
+"""Timestamps and durations, in the one format crew writes."""
 
 from __future__ import annotations
 

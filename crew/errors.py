@@ -1,4 +1,4 @@
-"""The one exception hierarchy of crew: each class carries its exit code (SPEC §8)."""
+"""The one exception hierarchy of crew: each class carries its exit code."""
 
 from __future__ import annotations
 

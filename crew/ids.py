@@ -1,4 +1,4 @@
-"""Identifiers: generation, and validation before any id reaches a path (SPEC §2)."""
+"""Identifiers: generation, and validation before any id reaches a path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The leader lease: who leads a run, and whether that leader is still alive (SPEC §7)."""
+"""The leader lease: who leads a run, and whether that leader is still alive."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pydantic models of every file crew writes (SPEC §3): JSON names are camelCase.
+"""Pydantic models of every file crew writes: JSON names are camelCase.
 
 Field order is the order keys appear on disk, so a `git diff` of a snapshot shows only what changed.
 """

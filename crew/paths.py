@@ -1,4 +1,4 @@
-"""Where things live: the crew home, its runs, and every file of a run (SPEC §1).
+"""Where things live: the crew home, its runs, and every file of a run.
 
 Every path crew touches is built here, and only from validated ids.
 """

@@ -170,7 +170,7 @@ REPORT_CONTACTS = frozenset({ContactType.STATUS, ContactType.PROGRESS, ContactTy
 
 
 class EventType(StrEnum):
-    """Every event type crew records in events.jsonl (SPEC §3)."""
+    """Every event type crew records in events.jsonl."""
 
     RUN_CREATED = "run.created"
     RUN_STARTED = "run.started"
@@ -225,7 +225,7 @@ class AgentInput(StrEnum):
 
 
 class AgentProtocol(StrEnum):
-    """The adapter that speaks to an agent (SPEC §10)."""
+    """The adapter that speaks to an agent."""
 
     CREW = "crew"
     TEXT = "text"
