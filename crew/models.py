@@ -132,7 +132,28 @@ class MailboxMessage(StateModel):
     reason: str | None = None
     """Why the message was rejected."""
     data: dict[str, Any] | None = None
-    """Free-form details: source, contactId, idempotencyKey, contact type, …"""
+    """Free-form details: source, contactId, idempotencyKey, contactType, rejectedAt, …"""
+
+    def rejected(self, reason: str, at: str) -> MailboxMessage:
+        """This message, rejected now (the time goes in `data.rejectedAt`)."""
+        return self.model_copy(
+            update={
+                "status": MessageStatus.REJECTED,
+                "reason": reason,
+                "data": {**(self.data or {}), "rejectedAt": at},
+            }
+        )
+
+    def status_at(self) -> str | None:
+        """When the message reached its current status."""
+        if self.status is MessageStatus.REJECTED:
+            at = (self.data or {}).get("rejectedAt")
+            return at if isinstance(at, str) else None
+        return {
+            MessageStatus.PENDING: self.sent_at,
+            MessageStatus.DELIVERED: self.delivered_at,
+            MessageStatus.ACKNOWLEDGED: self.acknowledged_at,
+        }[self.status]
 
 
 class Run(StateModel):

@@ -6,7 +6,7 @@ rich is imported only here, and only when a table is drawn.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from crew import clock
 from crew.registry import MessageStatus, RunStatus, TaskStatus
@@ -174,21 +174,12 @@ def mailbox_view(views: list[MessageView]) -> None:
             f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
             f"{_esc(_short(message.body, 70))!r}"
         )
-        steps = [f"{entry.status} {_clock(_at(entry))}".rstrip() for entry in view.history]
+        steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
         line = " → ".join(steps)
         if message.reason:
             line += f" ({_esc(message.reason)})"
         style = "red" if message.status is MessageStatus.REJECTED else "dim"
         out.print(f"      {line}", style=style)
-
-
-def _at(message: Any) -> str | None:
-    return {
-        MessageStatus.PENDING: message.sent_at,
-        MessageStatus.DELIVERED: message.delivered_at,
-        MessageStatus.ACKNOWLEDGED: message.acknowledged_at,
-        MessageStatus.REJECTED: message.delivered_at or message.sent_at,
-    }.get(message.status)
 
 
 def _clock(timestamp: str | None) -> str:

@@ -49,6 +49,8 @@ DATA_MESSAGE = "mailboxMessage"
 #: snapshots with the state rebuilt from events.
 VOLATILE_TASK_FIELDS = frozenset({"last_output_at"})
 
+_BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
+
 _MESSAGE_RANK = {
     MessageStatus.PENDING: 0,
     MessageStatus.DELIVERED: 1,
@@ -357,6 +359,9 @@ class Txn:
         self._tasks_dirty = False
         self._run_dirty = False
         self._folded: dict[Box, dict[str, MailboxMessage]] = {}
+        self._initial_status = {t.id: t.status for t in state.task_list()}
+        #: Messages `settle` rejected because their task ended.
+        self.rejected: list[MailboxMessage] = []
 
     @property
     def run(self) -> Run:
@@ -421,9 +426,13 @@ class Txn:
         message: str | None = None,
         data: dict[str, Any] | None = None,
         event_type: EventType | None = None,
+        mail: MailboxMessage | None = None,
         **changes: Any,
     ) -> Task:
-        """Move a task to `status` (checked against the transition table), with other changes."""
+        """Move a task to `status` (checked against the transition table), with other changes.
+
+        `mail` is a mailbox line written with the same event (an answer and its transition).
+        """
         current = self.task(task_id)
         if not can_transition(current.status, status):
             raise Refused(
@@ -436,6 +445,7 @@ class Txn:
             message=message,
             data=data,
             task=updated,
+            mail=mail,
         )
         return updated
 
@@ -498,7 +508,7 @@ class Txn:
 
     def commit(self) -> None:
         """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
-        self._settle_run_status()
+        self.settle()
         if not self._events:
             return
         paths = self.store.paths
@@ -513,10 +523,70 @@ class Txn:
         self._events = []
         self._mail = []
 
+    def settle(self) -> None:
+        """Apply the rules that follow from the staged changes (safe to call more than once).
+
+        A queued task whose dependency failed or was cancelled is cancelled; messages still
+        pending for a task that ended are rejected with the reason; the run's status follows its
+        tasks. Does nothing when nothing was staged.
+        """
+        if not self._events:
+            return
+        self._cascade_dependencies()
+        self._reject_undeliverable()
+        self._settle_run_status()
+
+    def ended_tasks(self) -> list[Task]:
+        """Tasks that reached a terminal status in this transaction."""
+        return [
+            t
+            for t in self.state.task_list()
+            if t.status.terminal and not self._initial_status.get(t.id, t.status).terminal
+        ]
+
+    def _cascade_dependencies(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for task in self.state.task_list():
+                if task.status is not TaskStatus.QUEUED:
+                    continue
+                for dep in task.depends_on:
+                    blocker = self.state.tasks.get(dep)
+                    if blocker is not None and blocker.status in _BLOCKING_ENDS:
+                        self.transition(
+                            task.id,
+                            TaskStatus.CANCELLED,
+                            message=f"task {task.id} cancelled: its dependency {dep} "
+                            f"{blocker.status}",
+                            ended_at=self.at,
+                            error=f"dependency {dep} {blocker.status}",
+                        )
+                        changed = True
+                        break
+
+    def _reject_undeliverable(self) -> None:
+        ended = {t.id: t for t in self.ended_tasks()}
+        if not ended:
+            return
+        for box in (Box.INBOX, Box.STEERING):
+            for message in list(self.messages(box).values()):
+                task = ended.get(message.task_id)
+                if task is None or message.status is not MessageStatus.PENDING:
+                    continue
+                reason = f"task {task.status} before delivery"
+                rejected = message.rejected(reason, self.at)
+                self.post(
+                    rejected,
+                    EventType.MAILBOX_REJECTED,
+                    message=f"rejected {message.kind} {message.id} to {task.id}: {reason}",
+                )
+                self.rejected.append(rejected)
+
     def _settle_run_status(self) -> None:
         """A run's status follows its tasks: ended when all are terminal, flagged when any is."""
         run = self.run
-        if run.status.terminal or not self._events:
+        if run.status.terminal:
             return
         tasks = self.state.task_list()
         if tasks and all(t.status.terminal for t in tasks):

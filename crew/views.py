@@ -142,12 +142,8 @@ class MessageView:
 
 
 def _history_entry(message: MailboxMessage) -> dict[str, Any]:
-    at = {
-        MessageStatus.PENDING: message.sent_at,
-        MessageStatus.DELIVERED: message.delivered_at,
-        MessageStatus.ACKNOWLEDGED: message.acknowledged_at,
-    }.get(message.status)
     entry: dict[str, Any] = {"status": message.status.value}
+    at = message.status_at()
     if at:
         entry["at"] = at
     if message.reason:

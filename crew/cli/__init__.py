@@ -7,7 +7,7 @@ import sys
 import typer
 
 from crew import __version__
-from crew.cli import admin, inspect
+from crew.cli import admin, inspect, send
 from crew.cli.common import run_app
 
 app = typer.Typer(
@@ -37,6 +37,7 @@ def _root(
 
 
 inspect.register(app)
+send.register(app)
 admin.register(app)
 
 

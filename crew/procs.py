@@ -1,0 +1,142 @@
+"""Worker processes from outside: is this pid still that worker, and stopping its group.
+
+A pid is signalled only after `/proc/<pid>/environ` shows it carries the run's CREW_RUN_ID and the
+task's CREW_TASK_ID, so a pid the kernel has since given to another process is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+RUN_ID_ENV = "CREW_RUN_ID"
+TASK_ID_ENV = "CREW_TASK_ID"
+DEFAULT_GRACE = 5.0
+
+
+class Stop(StrEnum):
+    """What stopping a worker came to."""
+
+    TERMINATED = "terminated"  # exited after SIGTERM, within the grace period
+    KILLED = "killed"  # needed SIGKILL
+    GONE = "gone"  # had already exited
+    NOT_OURS = "not ours"  # the pid now belongs to another process: left alone
+    DENIED = "denied"  # exists, but we may not inspect or signal it
+
+
+@dataclass(frozen=True)
+class Stopped:
+    task_id: str
+    pid: int
+    outcome: Stop
+
+
+def worker_environ(pid: int) -> dict[str, str] | None:
+    """The environment a process started with, or None if it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    env: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def is_worker(pid: int, run_id: str, task_id: str) -> bool:
+    """Whether `pid` is (still) the worker of this run's task."""
+    env = worker_environ(pid)
+    return env is not None and env.get(RUN_ID_ENV) == run_id and env.get(TASK_ID_ENV) == task_id
+
+
+def stop_worker(pid: int, run_id: str, task_id: str, *, grace: float = DEFAULT_GRACE) -> Stopped:
+    """SIGTERM the worker's process group, wait up to `grace` seconds, then SIGKILL it."""
+    try:
+        ours = is_worker(pid, run_id, task_id)
+    except PermissionError:
+        return Stopped(task_id, pid, Stop.DENIED)
+    if not ours:
+        alive = _exists(pid)
+        return Stopped(task_id, pid, Stop.NOT_OURS if alive else Stop.GONE)
+    waiter = _ExitWaiter(pid)
+    try:
+        if not _signal_group(pid, signal.SIGTERM):
+            return Stopped(task_id, pid, Stop.GONE)
+        if waiter.wait(grace):
+            _signal_group(pid, signal.SIGKILL)  # stragglers of the group, if any
+            return Stopped(task_id, pid, Stop.TERMINATED)
+        _signal_group(pid, signal.SIGKILL)
+        waiter.wait(grace)
+        return Stopped(task_id, pid, Stop.KILLED)
+    finally:
+        waiter.close()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> bool:
+    """Signal the process group led by `pid` (each worker leads its own group)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, sig)  # not a group leader after all: signal the process alone
+        except ProcessLookupError:
+            return False
+    return True
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return False
+    return bool(fields) and fields[0] == b"Z"
+
+
+class _ExitWaiter:
+    """Waits for a process that is not our child to exit: a pidfd where the kernel has them."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self.fd = os.pidfd_open(pid)
+
+    def wait(self, timeout: float) -> bool:
+        """True once the process has exited (a zombie waiting for its parent counts)."""
+        if self.fd is not None:
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            return bool(ready) or not _exists(self.pid)
+        deadline = time.monotonic() + timeout
+        while _exists(self.pid):  # no pidfd (old kernel): check a few times a second
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
