@@ -70,3 +70,11 @@ class StaleLeader(CrewError):
     """A leader found a newer epoch in the manifest: it was taken over and must stop."""
 
     exit_code = ExitCode.REFUSED
+
+
+def error_for(code: int, message: str) -> CrewError:
+    """Rebuild an error reported by another process from its exit code and message."""
+    for kind in (UsageError, CrewTimeout, Refused, NotFound):
+        if int(kind.exit_code) == code:
+            return kind(message)
+    return CrewError(message)

@@ -251,3 +251,27 @@ def follow_events(
     finally:
         if watcher is not None:
             watcher.close()
+
+
+def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes]:
+    """A worker's output, as stored; with `follow`, keep going until the task has ended."""
+    path = store.paths.log(task_id)
+    offset = 0
+    watcher = watch_folders([store.paths.logs_dir, store.paths.root]) if follow else None
+    try:
+        while True:
+            ended = not follow or store.state().tasks[task_id].status.terminal
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(offset)
+                    while chunk := handle.read(65536):
+                        offset += len(chunk)
+                        yield chunk
+            except FileNotFoundError:
+                pass
+            if watcher is None or ended:
+                return
+            watcher.wait(5.0)
+    finally:
+        if watcher is not None:
+            watcher.close()

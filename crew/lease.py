@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from crew import clock
-from crew.errors import Corrupt
+from crew.errors import Corrupt, Refused
 from crew.models import LeaderAdapter, LeaderInfo
 from crew.paths import RunPaths
 from crew.store import snapshot
+from crew.store.files import make_dirs
 
 
 class LeaseState(StrEnum):
@@ -29,13 +30,10 @@ class Lease:
 
 
 def pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by someone else
-    return True
+    """Whether a process with this pid is alive (a zombie awaiting its parent is not)."""
+    from crew.procs import is_alive
+
+    return is_alive(pid)
 
 
 def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
@@ -60,3 +58,50 @@ def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
             f"leader pid {info.pid} on {info.host} last beat {clock.format_duration(age)} ago",
         )
     return Lease(LeaseState.ALIVE, info)
+
+
+def refuse_if_led(lease: Lease, run_id: str) -> None:
+    """A second leader is refused while the first is alive (exit 4), naming it."""
+    if lease.state is LeaseState.ALIVE and lease.leader is not None:
+        leader = lease.leader
+        raise Refused(
+            f"Run {run_id} is already led by pid {leader.pid} on {leader.host} "
+            f"(session {leader.session}) since {leader.started_at}.",
+            hint="Stop that leader first; a leader that stops beating for "
+            "leaderStaleAfter counts as gone.",
+        )
+
+
+def write_lease(paths: RunPaths, info: LeaderInfo) -> None:
+    """Write .runtime/leader.json (volatile: no fsync)."""
+    make_dirs(paths.runtime_dir)
+    snapshot.write_atomic(paths.leader, snapshot.dump_model(info), durable=False)
+
+
+def new_lease(session: str, epoch: int) -> LeaderInfo:
+    at = clock.now()
+    return LeaderInfo(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        session=session,
+        epoch=epoch,
+        started_at=at,
+        heartbeat_at=at,
+    )
+
+
+def beat(paths: RunPaths, info: LeaderInfo) -> LeaderInfo:
+    """Refresh the heartbeat."""
+    info = info.model_copy(update={"heartbeat_at": clock.now()})
+    write_lease(paths, info)
+    return info
+
+
+def release(paths: RunPaths, info: LeaderInfo) -> None:
+    """Remove leader.json if it is still ours (a leader that ended the run cleanly)."""
+    try:
+        current = snapshot.load(paths.leader, LeaderAdapter)
+    except (FileNotFoundError, Corrupt):
+        return
+    if current.pid == info.pid and current.epoch == info.epoch:
+        paths.leader.unlink(missing_ok=True)

@@ -135,7 +135,10 @@ def check_body(body: str, limit: int) -> str:
     """A body must have some text and fit the size limit (exit 2 otherwise)."""
     if not body.strip():
         raise UsageError("The message body is empty.")
-    size = len(body.encode("utf-8", errors="surrogatepass"))
+    try:
+        size = len(body.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError("The message body is not valid UTF-8 text.") from None
     if size > limit:
         raise UsageError(
             f"The message body is {size} bytes; the limit is {limit} bytes.",
@@ -239,9 +242,13 @@ def _send(
     extra: dict[str, Any] | None = None,
     prepare: Callable[[Txn, Task, str], dict[str, Any]] | None = None,
     finish: Callable[[Txn, Task, MailboxMessage], None] | None = None,
+    epoch: int | None = None,
 ) -> Sent:
-    """The shared gate and write of respond, steer, follow-up and nudge."""
-    with store.transaction() as txn:
+    """The shared gate and write of respond, steer, follow-up and nudge.
+
+    `epoch` fences the write when the leader itself sends (automatic nudges and answers).
+    """
+    with store.transaction(epoch=epoch) as txn:
         task = txn.task(task_id)
         overridden = check_owner(txn.run, session, force)
         limits = txn.run.config.limits
@@ -307,6 +314,8 @@ def respond(
     force: bool = False,
     idempotency_key: str | None = None,
     contact_id: str | None = None,
+    epoch: int | None = None,
+    source: str | None = None,
 ) -> Sent:
     """Answer a waiting task's open question (or clear a flagged task): the task runs again.
 
@@ -360,8 +369,10 @@ def respond(
         session=session,
         force=force,
         idempotency_key=idempotency_key,
+        extra={DATA_SOURCE: source} if source else None,
         prepare=prepare,
         finish=finish,
+        epoch=epoch,
     )
 
 
@@ -410,8 +421,22 @@ def nudge(
     force: bool = False,
     idempotency_key: str | None = None,
     source: str = "nudge",
+    epoch: int | None = None,
+    count: bool = False,
 ) -> Sent:
-    """Ask a task for a status report (default body: DEFAULT_NUDGE)."""
+    """Ask a task for a status report (default body: DEFAULT_NUDGE).
+
+    `count` (the stall monitor's nudges) adds one to the task's `nudges`.
+    """
+
+    def counted(txn: Txn, task: Task, message: MailboxMessage) -> None:
+        txn.record(
+            NUDGE.event,
+            message=f"nudge {task.id}: {_short(message.body)}",
+            task=task.model_copy(update={"nudges": task.nudges + 1}),
+            mail=message,
+        )
+
     return _send(
         store,
         NUDGE,
@@ -421,6 +446,8 @@ def nudge(
         force=force,
         idempotency_key=idempotency_key,
         extra={DATA_SOURCE: source},
+        finish=counted if count else None,
+        epoch=epoch,
     )
 
 

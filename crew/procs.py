@@ -16,6 +16,7 @@ from enum import StrEnum
 
 RUN_ID_ENV = "CREW_RUN_ID"
 TASK_ID_ENV = "CREW_TASK_ID"
+ATTEMPT_ENV = "CREW_ATTEMPT"
 DEFAULT_GRACE = 5.0
 
 
@@ -55,20 +56,24 @@ def worker_environ(pid: int) -> dict[str, str] | None:
     return env
 
 
-def is_worker(pid: int, run_id: str, task_id: str) -> bool:
-    """Whether `pid` is (still) the worker of this run's task."""
+def is_worker(pid: int, run_id: str, task_id: str, attempt: int | None = None) -> bool:
+    """Whether `pid` is (still) the worker of this run's task (and of that attempt, if given)."""
     env = worker_environ(pid)
-    return env is not None and env.get(RUN_ID_ENV) == run_id and env.get(TASK_ID_ENV) == task_id
+    if env is None or env.get(RUN_ID_ENV) != run_id or env.get(TASK_ID_ENV) != task_id:
+        return False
+    return attempt is None or env.get(ATTEMPT_ENV) == str(attempt)
 
 
-def stop_worker(pid: int, run_id: str, task_id: str, *, grace: float = DEFAULT_GRACE) -> Stopped:
+def stop_worker(
+    pid: int, run_id: str, task_id: str, *, attempt: int | None = None, grace: float = DEFAULT_GRACE
+) -> Stopped:
     """SIGTERM the worker's process group, wait up to `grace` seconds, then SIGKILL it."""
     try:
-        ours = is_worker(pid, run_id, task_id)
+        ours = is_worker(pid, run_id, task_id, attempt)
     except PermissionError:
         return Stopped(task_id, pid, Stop.DENIED)
     if not ours:
-        alive = _exists(pid)
+        alive = is_alive(pid)
         return Stopped(task_id, pid, Stop.NOT_OURS if alive else Stop.GONE)
     waiter = _ExitWaiter(pid)
     try:
@@ -96,7 +101,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def _exists(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie awaiting its parent is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -128,9 +134,9 @@ class _ExitWaiter:
         """True once the process has exited (a zombie waiting for its parent counts)."""
         if self.fd is not None:
             ready, _, _ = select.select([self.fd], [], [], timeout)
-            return bool(ready) or not _exists(self.pid)
+            return bool(ready) or not is_alive(self.pid)
         deadline = time.monotonic() + timeout
-        while _exists(self.pid):  # no pidfd (old kernel): check a few times a second
+        while is_alive(self.pid):  # no pidfd (old kernel): check a few times a second
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)

@@ -173,7 +173,6 @@ class EventType(StrEnum):
     """Every event type crew records in events.jsonl."""
 
     RUN_CREATED = "run.created"
-    RUN_STARTED = "run.started"
     RUN_FLAGGED = "run.flagged"
     RUN_CLEARED = "run.cleared"
     RUN_RESUMED = "run.resumed"
@@ -185,6 +184,7 @@ class EventType(StrEnum):
     TASK_WAITING = "task.waiting"
     TASK_RESPONDED = "task.responded"
     TASK_FLAGGED = "task.flagged"
+    TASK_ACTIVE = "task.active"
     TASK_RETRIED = "task.retried"
     TASK_COMPLETED = "task.completed"
     TASK_FAILED = "task.failed"

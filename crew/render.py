@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from crew import clock
-from crew.registry import MessageStatus, RunStatus, TaskStatus
+from crew.registry import EventType, MessageStatus, RunStatus, TaskStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -192,6 +192,24 @@ def event_line(event: Event) -> str:
     task = event.task_id or "-"
     text = event.message or ""
     return f"{event.at}  #{event.seq:<5} {event.type:<22} {task:<16} {text}".rstrip()
+
+
+#: Events too frequent or too internal for the progress of a run shown to a person.
+_QUIET = frozenset(
+    {
+        EventType.MAILBOX_DELIVERED,
+        EventType.MAILBOX_ACKNOWLEDGED,
+        EventType.ATTENTION_DECISION,
+        EventType.LEADER_STARTED,
+    }
+)
+
+
+def progress_line(event: Event) -> str | None:
+    """One event as a progress line for a person watching `crew run` (None: not worth a line)."""
+    if event.type in _QUIET or not event.message:
+        return None
+    return f"{event.at[11:19]}  {event.message}"
 
 
 def doctor_report(report: DoctorReport) -> None:

@@ -12,6 +12,7 @@ rolling forward — and rebuilding the snapshots from scratch — possible.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -154,6 +155,14 @@ class RunStore:
             found.extend(jsonl.fold(records, _message_id).values())
         return found
 
+    def peek_epoch(self) -> int | None:
+        """The manifest's leader epoch, read cheaply (None if it cannot be read)."""
+        try:
+            value = json.loads(self.paths.manifest.read_bytes()).get("leaderEpoch")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, int) else None
+
     def history(self, box: Box) -> list[MailboxMessage]:
         """Every line of a mailbox file: each status change of each message, in order."""
         return jsonl.read(self.paths.box(box), MailboxMessage).records
@@ -182,6 +191,12 @@ class RunStore:
                     f"not {epoch}: this leader was taken over and stops without writing."
                 )
             txn = Txn(self, recovery.state.copy(), recovery.last_seq, repairs)
+            if repairs:
+                txn.record(
+                    EventType.STATE_REPAIRED,
+                    message=f"repaired the run's files: {'; '.join(repairs)}",
+                    data={"repairs": repairs},
+                )
             yield txn
             txn.commit()
 
@@ -475,6 +490,14 @@ class Txn:
         self.record(event_type, message=message, data=data, run=updated)
         return updated
 
+    def refresh(self, task_id: str, **volatile: Any) -> None:
+        """Update fields the leader refreshes too often to log (lastOutputAt): no event."""
+        unknown = set(volatile) - VOLATILE_TASK_FIELDS
+        if unknown:
+            raise ValueError(f"not volatile fields: {', '.join(sorted(unknown))}")
+        self.state.tasks[task_id] = self.task(task_id).model_copy(update=volatile)
+        self._tasks_dirty = True
+
     def post(
         self,
         mail: MailboxMessage,
@@ -510,6 +533,8 @@ class Txn:
         """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
         self.settle()
         if not self._events:
+            if self._tasks_dirty:  # only volatile fields changed
+                self.store._write_snapshots(self.state, tasks=True, run=False)
             return
         paths = self.store.paths
         jsonl.append(paths.events, [e.to_line() for e in self._events])
@@ -520,8 +545,10 @@ class Txn:
             jsonl.append(paths.box(box), lines)
         self.store._write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
         self.store._write_applied(self._last_seq)
-        self._events = []
-        self._mail = []
+
+    def staged_mail(self) -> list[MailboxMessage]:
+        """The mailbox lines this transaction wrote (or will write), in order."""
+        return list(self._mail)
 
     def settle(self) -> None:
         """Apply the rules that follow from the staged changes (safe to call more than once).

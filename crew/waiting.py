@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 
 from crew import clock
-from crew.errors import CrewTimeout, Refused
+from crew.errors import CrewTimeout, NotFound, Refused
 from crew.follow import watch_folders
-from crew.models import MailboxMessage
-from crew.registry import MessageStatus
+from crew.models import MailboxMessage, Task
+from crew.registry import MessageStatus, TaskStatus
 from crew.run import RunStore
 from crew.store import jsonl
 
@@ -62,3 +63,51 @@ def _still(message: MailboxMessage, until: MessageStatus, timeout: float) -> str
     return (
         f"Message {message.id} to {message.task_id} was delivered but not {until} after {waited}."
     )
+
+
+class Until(StrEnum):
+    """What `crew wait --for` waits for."""
+
+    WAITING = "waiting"  # some task (or the named one) waits for an answer
+    DONE = "done"  # the run (or the named task) has ended
+
+
+def wait_for_run(
+    store: RunStore, until: Until, *, task_id: str | None = None, timeout: float | None = None
+) -> list[Task]:
+    """Block until the condition holds; returns the tasks that match it.
+
+    CrewTimeout (exit 3) when `timeout` passes first; Refused (exit 4) when it can no longer
+    hold (waiting for a question from a run or task that has ended).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watcher = watch_folders([store.paths.root])  # before the first read: no change missed
+    try:
+        while True:
+            state = store.state()
+            if task_id is not None and task_id not in state.tasks:
+                known = ", ".join(state.tasks)
+                raise NotFound(f"Run {store.run_id} has no task {task_id!r} (tasks: {known}).")
+            tasks = [state.tasks[task_id]] if task_id is not None else state.task_list()
+            ended = tasks[0].status.terminal if task_id is not None else state.run.status.terminal
+            if until is Until.WAITING:
+                matching = [t for t in tasks if t.status is TaskStatus.WAITING]
+                if matching:
+                    return matching
+                if ended:
+                    what = f"Task {task_id}" if task_id else f"Run {store.run_id}"
+                    status = tasks[0].status if task_id else state.run.status
+                    raise Refused(f"{what} ended ({status}) without waiting for an answer.")
+            elif ended:
+                return tasks
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                what = f"task {task_id}" if task_id else f"run {store.run_id}"
+                goal = "to wait for an answer" if until is Until.WAITING else "to end"
+                raise CrewTimeout(
+                    f"Timed out after {clock.format_duration(timeout or 0)} waiting for {what} "
+                    f"{goal}."
+                )
+            watcher.wait(remaining)
+    finally:
+        watcher.close()

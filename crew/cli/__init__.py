@@ -7,7 +7,7 @@ import sys
 import typer
 
 from crew import __version__
-from crew.cli import admin, inspect, send
+from crew.cli import admin, inspect, lead, send
 from crew.cli.common import run_app
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ def _root(
     """Orchestrate crews of worker processes; every bit of state is a plain file."""
 
 
+lead.register(app)
 inspect.register(app)
 send.register(app)
 admin.register(app)

@@ -1,0 +1,81 @@
+"""Becoming a run's leader: claiming the lease, and taking over an interrupted run (`resume`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from crew.errors import Refused
+from crew.leader.core import requeue
+from crew.lease import new_lease, read_lease, refuse_if_led, write_lease
+from crew.models import LeaderInfo
+from crew.ops import check_owner
+from crew.procs import Stopped, stop_worker
+from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.run import RunStore
+
+
+@dataclass
+class Takeover:
+    """What becoming the leader involved."""
+
+    lease: LeaderInfo
+    #: Tasks put back in the queue for a new attempt (resume), and those with none left.
+    requeued: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    #: Workers of the previous leader that were still running, and how they were stopped.
+    stopped: list[Stopped] = field(default_factory=list)
+
+
+def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = False) -> Takeover:
+    """Take the leader lease of a run: refused while another leader is alive (exit 4).
+
+    The epoch goes up by one, so a previous leader that is merely hung stops at its next write.
+    With `resume`, every task that was running, waiting or flagged goes back to the queue for a
+    new attempt (or fails when its attempts are spent), and the previous leader's workers are
+    stopped — each only after checking its pid still belongs to that task's attempt.
+    """
+    orphans: list[tuple[str, int, int]] = []
+    with store.transaction() as txn:
+        run = txn.run
+        overridden = check_owner(run, session, force)
+        if run.status.terminal:
+            raise Refused(f"Run {run.run_id} has ended ({run.status}): there is nothing to lead.")
+        refuse_if_led(
+            read_lease(store.paths, stale_after=run.config.crew.leader_stale_after), run.run_id
+        )
+        if overridden is not None:
+            txn.record(
+                EventType.OWNERSHIP_OVERRIDDEN,
+                message=f"{session} used --force on a run owned by {overridden} (resume)",
+                data={"owner": overridden, "session": session, "verb": "resume"},
+            )
+        epoch = run.leader_epoch + 1
+        lease = new_lease(session, epoch)
+        txn.update_run(
+            EventType.LEADER_STARTED,
+            message=f"leader pid {os.getpid()} on {socket.gethostname()} leads (epoch {epoch})",
+            data={"pid": lease.pid, "host": lease.host, "session": session},
+            leader_epoch=epoch,
+        )
+        result = Takeover(lease)
+        if resume:
+            for task in txn.state.task_list():
+                if task.status not in LIVE_TASK_STATUSES:
+                    continue
+                if task.pid is not None:
+                    orphans.append((task.id, task.pid, task.attempt))
+                after = requeue(txn, task, "the leader stopped while it ran")
+                (result.failed if after.status.terminal else result.requeued).append(task.id)
+            txn.record(
+                EventType.RUN_RESUMED,
+                message=f"run resumed by {session}: {len(result.requeued)} task(s) queued again",
+                data={"requeued": result.requeued, "failed": result.failed},
+            )
+        write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
+    result.stopped = [
+        stop_worker(pid, store.run_id, task_id, attempt=attempt)
+        for task_id, pid, attempt in orphans
+    ]
+    return result

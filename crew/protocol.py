@@ -1,0 +1,178 @@
+"""The worker protocol: what a worker's output lines mean, and the frames written to its stdin.
+
+A line whose first non-blank content (after ANSI escapes are stripped) is
+`@supervisor <type>: <text>` is addressed to the supervisor:
+
+    @supervisor need_input: Which database should I use?
+    @supervisor need_selection: Which database? [postgres|sqlite]
+    @supervisor need_confirmation: Run the migrations now?
+    @supervisor progress: 3 of 5 files done
+    @supervisor ack: msg_0123456789abcdef
+    @supervisor decision: {"action": "preempt", "item": "msg_…"}
+
+Anything else is plain output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from crew.models import MailboxMessage
+from crew.registry import ContactType
+
+# CSI (ESC [ … final), OSC (ESC ] … BEL or ST), other two-byte escapes, and 8-bit CSI.
+ANSI_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[@-Z\\-_]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
+_PREFIX_RE = re.compile(r"^\s*@supervisor(?![A-Za-z0-9_])")
+_CONTACT_RE = re.compile(r"^\s*@supervisor\s+([A-Za-z_]+)\s*:\s?(.*)$", re.DOTALL)
+_OPTIONS_RE = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
+_MESSAGE_ID_RE = re.compile(r"^msg_[0-9a-z]{1,32}$")
+# Line breaks a reader might split on, and every other control character.
+_NEWLINES_RE = re.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+
+MAX_PROMPT = 8 * 1024
+
+
+@dataclass(frozen=True)
+class Contact:
+    """A blocking question: the task waits until someone responds."""
+
+    type: ContactType
+    prompt: str
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A non-blocking status, progress or note line."""
+
+    type: ContactType
+    text: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The worker acknowledges a message it was given."""
+
+    message_id: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An attention decision, recorded as an event."""
+
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """Starts with @supervisor but does not parse: kept as plain output, and counted."""
+
+    reason: str
+
+
+Parsed = Contact | Report | Ack | Decision | Malformed
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+def parse_line(line: str) -> Parsed | None:
+    """What an output line says to the supervisor, or None for plain output. Never raises."""
+    text = strip_ansi(line).rstrip("\r\n")
+    if _PREFIX_RE.match(text) is None:
+        return None
+    match = _CONTACT_RE.match(text)
+    if match is None:
+        return Malformed("expected '@supervisor <type>: <text>'")
+    name, rest = match.group(1), match.group(2).strip()
+    try:
+        kind = ContactType(name)
+    except ValueError:
+        known = ", ".join(t.value for t in ContactType)
+        return Malformed(f"unknown type {name!r} (known: {known})")
+    if kind.blocking:
+        return _contact(kind, rest)
+    if kind.report:
+        return Report(kind, rest[:MAX_PROMPT])
+    if kind is ContactType.ACK:
+        if _MESSAGE_ID_RE.match(rest) is None:
+            return Malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}")
+        return Ack(rest)
+    try:
+        data = json.loads(rest)
+    except ValueError:
+        return Malformed("decision needs a JSON object")
+    if not isinstance(data, dict):
+        return Malformed("decision needs a JSON object")
+    return Decision(data)
+
+
+def _contact(kind: ContactType, rest: str) -> Contact | Malformed:
+    options: list[str] = []
+    if kind is ContactType.NEED_SELECTION:
+        found = _OPTIONS_RE.search(rest)
+        if found is None:
+            return Malformed("need_selection needs its options at the end, like [a|b|c]")
+        for part in found.group(1).split("|"):
+            option = part.strip()
+            if option and option not in options:
+                options.append(option)
+        if not options:
+            return Malformed("need_selection needs at least one option, like [a|b|c]")
+        rest = rest[: found.start()].strip()
+    if not rest:
+        return Malformed(f"{kind} needs a question after the colon")
+    return Contact(kind, rest[:MAX_PROMPT], options)
+
+
+def contact_line(kind: ContactType, prompt: str, options: list[str] | None = None) -> str:
+    """The line a worker prints to ask (the inverse of parse_line for contacts)."""
+    text = " ".join(sanitize_text(prompt).split())
+    if options:
+        text += (
+            " ["
+            + "|".join(" ".join(sanitize_text(o).replace("|", "/").split()) for o in options)
+            + "]"
+        )
+    return f"@supervisor {kind}: {text}"
+
+
+# ----------------------------------------------------------------------------- stdin frames
+
+
+def json_frame(message: MailboxMessage) -> bytes:
+    """A message as one JSON line: `{"type","id","body","priority","data"}`."""
+    frame = {
+        "type": message.kind.value,
+        "id": message.id,
+        "body": message.body,
+        "priority": message.priority.value,
+        "data": message.data or {},
+    }
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def sanitize_text(body: str) -> str:
+    """One safe line: line breaks become the two characters `\\n`, escape sequences and other
+    control characters are removed (a tab becomes a space), so a message can never forge input
+    lines or terminal sequences."""
+    text = strip_ansi(body)
+    text = _NEWLINES_RE.sub("\\\\n", text)
+    text = text.replace("\t", " ")
+    return _CONTROL_RE.sub("", text)
+
+
+def text_frame(message: MailboxMessage) -> bytes:
+    """A message as one plain line (lossy by design; JSON frames carry exact bodies)."""
+    return sanitize_text(message.body).encode("utf-8", errors="replace") + b"\n"

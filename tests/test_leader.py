@@ -1,0 +1,419 @@
+"""The leader end to end, with real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import ops
+from crew.models import Event
+from crew.paths import Home
+from crew.registry import Box, EventType, MessageKind, MessageStatus, RunStatus, TaskStatus
+from crew.store import jsonl
+from crew.waiting import Until, wait_for_run
+
+
+def events_of(store: object) -> list[Event]:
+    return jsonl.read(store.paths.events, Event).records  # type: ignore[attr-defined]
+
+
+def log_of(store: object, task: str) -> str:
+    return store.paths.log(task).read_text()  # type: ignore[attr-defined]
+
+
+def test_ask_respond_from_another_process_then_complete(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path, [{"id": "plan", "prompt": "ask:need_input:Which database? ; read ; ack ; exit:0"}]
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    (waiting,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert waiting.contact is not None and waiting.contact.prompt == "Which database?"
+    answered = subprocess.run(
+        [sys.executable, "-m", "crew", "respond", leader.run_id, "plan", "Postgres, please", "--wait-ack", "--timeout", "20s"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert answered.returncode == 0, answered.stderr
+    assert leader.finish() == 0
+    assert "got respond Postgres, please" in log_of(store, "plan")
+    state = store.state()
+    assert state.run.status is RunStatus.COMPLETED and state.tasks["plan"].exit_code == 0
+    (answer,) = store.messages(Box.INBOX)
+    assert (
+        answer.status is MessageStatus.ACKNOWLEDGED
+        and answer.delivered_at
+        and answer.acknowledged_at
+    )
+    (contact,) = store.messages(Box.OUTBOX)
+    assert contact.kind is MessageKind.CONTACT and contact.body == "Which database?"
+    types = [e.type for e in events_of(store)]
+    for expected in (EventType.SUPERVISOR_CONTACT, EventType.TASK_WAITING, EventType.TASK_RESPONDED,
+                     EventType.MAILBOX_DELIVERED, EventType.MAILBOX_ACKNOWLEDGED, EventType.TASK_COMPLETED,
+                     EventType.RUN_ENDED):  # fmt: skip
+        assert expected in types
+
+
+def test_a_selection_takes_only_one_of_its_options(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "pick", "prompt": "ask:need_selection:Which one? [red|green] ; read ; exit:0"}],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.options == ["red", "green"]
+
+    try:
+        ops.respond(store, "pick", "blue", session=SESSION)
+        raise AssertionError("an answer outside the options was accepted")
+    except Exception as error:
+        assert "is not one of the options" in str(error)
+    ops.respond(store, "pick", "green", session=SESSION)
+
+    assert leader.finish() == 0
+    assert "got respond green" in log_of(store, "pick")
+
+
+def test_dependencies_run_in_order_and_a_failure_cancels_dependents(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "first", "prompt": "say:one ; exit:0"},
+            {"id": "second", "prompt": "say:two ; exit:3", "dependsOn": ["first"]},
+            {"id": "third", "prompt": "say:three", "dependsOn": ["second"]},
+            {"id": "alone", "prompt": "say:free"},
+        ],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+
+    assert leader.finish() == 1
+    store = store_of(home, leader.run_id)
+    tasks = store.state().tasks
+    assert tasks["first"].status is TaskStatus.COMPLETED
+    assert tasks["second"].status is TaskStatus.FAILED and tasks["second"].exit_code == 3
+    assert tasks["second"].error == "exited with code 3"
+    assert tasks["third"].status is TaskStatus.CANCELLED
+    assert tasks["third"].error == "dependency second failed"
+    assert tasks["alone"].status is TaskStatus.COMPLETED
+    assert store.state().run.status is RunStatus.FAILED
+    started = [e.task_id for e in events_of(store) if e.type is EventType.TASK_STARTED]
+    assert started.index("second") > started.index("first") and "third" not in started
+
+
+def test_logs_hold_stdout_and_stderr_verbatim(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "noisy", "prompt": "say:out one ; err:err one ; say:\x1b[1mbold\x1b[0m ; exit:0"}],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish() == 0
+
+    log = log_of(store_of(home, leader.run_id), "noisy")
+    assert log == "attempt 1\nout one\nerr one\n\x1b[1mbold\x1b[0m\n"
+
+
+def test_detach_then_wait_from_a_ci_script(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "a", "prompt": "sleep:0.3 ; exit:0"}])
+
+    started = subprocess.run(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--detach", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    detached = json.loads(started.stdout)
+    waited = subprocess.run(
+        [sys.executable, "-m", "crew", "wait", detached["runId"], "--for", "done", "--timeout", "20s", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert waited.returncode == 0, waited.stderr
+    result = json.loads(waited.stdout)
+    assert result["for"] == "done" and result["tasks"][0]["status"] == "completed"
+    assert isinstance(detached["pid"], int)
+    store = store_of(home, detached["runId"])
+    eventually(lambda: not store.paths.leader.exists())  # a leader that finished lets go
+
+
+def test_follow_ups_wait_for_the_answer_and_messages_go_in_priority_order(
+    tmp_path: Path, home: Home
+) -> None:
+    script = "ask:need_input:go? ; read ; read ; read ; read ; exit:0"
+    write_crew(tmp_path, [{"id": "t", "prompt": script}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+    ops.follow_up(store, "t", "follow", session=SESSION)
+    ops.nudge(store, "t", "status?", session=SESSION)
+    ops.steer(store, "t", "steer", session=SESSION)
+    eventually(
+        lambda: all(m.status is not MessageStatus.PENDING for m in store.messages(Box.STEERING))
+    )
+    assert (
+        store.messages(Box.INBOX)[0].status is MessageStatus.PENDING
+    )  # held: an answer comes first
+    ops.respond(store, "t", "yes", session=SESSION)
+
+    assert leader.finish() == 0
+    got = [line for line in log_of(store, "t").splitlines() if line.startswith("got")]
+    assert got[-2:] == ["got respond yes", "got followUp follow"]
+    assert sorted(got[:2]) == ["got nudge status?", "got steer steer"]
+
+
+def test_text_input_gets_one_sanitized_line_per_message(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}],
+        agent={"input": "text"},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+
+    ops.respond(store, "t", "line one\nline two\x1b[31m red\x07", session=SESSION)
+
+    assert leader.finish() == 0
+    assert "got line one\\nline two red\n" in log_of(store, "t")
+
+
+def test_cancel_from_the_shell_stops_the_worker_and_ends_the_run(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(tmp_path, [{"id": "slow", "prompt": "say:working ; sleep:60"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["slow"].status is TaskStatus.RUNNING)
+
+    started = time.monotonic()
+    ops.cancel(store, session=SESSION)
+
+    assert leader.finish() == 1
+    assert time.monotonic() - started < 5
+    assert store.state().run.status is RunStatus.CANCELLED
+
+
+def test_a_task_over_its_timeout_is_stopped_failed_and_retried(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path, [{"id": "t", "prompt": "sleep:30"}], agent={"timeout": "500ms", "maxAttempts": 2}
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+
+    assert leader.finish() == 1
+    store = store_of(home, leader.run_id)
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED and task.attempt == 2
+    assert task.error == "timed out after 500ms of running (attempt 2 of 2)"
+    retried = [e for e in events_of(store) if e.type is EventType.TASK_RETRIED]
+    assert len(retried) == 1
+    assert log_of(store, "t").count("attempt ") == 2
+
+
+def test_run_timeout_cancels_what_is_left_and_exits_3(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "sleep:30"}])
+    leader = Leader("run", "crew.toml", "--timeout", "700ms", cwd=tmp_path)
+
+    assert leader.finish() == 3
+    state = store_of(home, leader.run_id).state()
+    assert state.run.status is RunStatus.FAILED
+    assert state.tasks["t"].status is TaskStatus.CANCELLED
+    assert state.tasks["t"].error == "run timed out after 700ms"
+
+
+def test_a_silent_worker_is_nudged_once_then_flagged(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "quiet", "prompt": "sleep:30"},
+            {"id": "asking", "prompt": "ask:need_input:hello? ; sleep:30"},
+        ],
+        agent={"stallAfter": "1s", "maxNudges": 1},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    eventually(lambda: store.state().tasks["quiet"].status is TaskStatus.NEEDS_REVIEW, timeout=15)
+    time.sleep(1.5)  # long enough for another stall period: no second nudge, no nudge to `asking`
+    nudges = [m for m in store.messages(Box.STEERING) if m.kind is MessageKind.NUDGE]
+    assert [m.task_id for m in nudges] == ["quiet"]
+    assert nudges[0].data is not None and nudges[0].data["source"] == "monitor"
+    state = store.state()
+    assert state.tasks["quiet"].nudges == 1
+    assert state.tasks["quiet"].error is not None and state.tasks["quiet"].error.startswith(
+        "stalled"
+    )
+    assert state.tasks["asking"].status is TaskStatus.WAITING
+    assert state.run.status is RunStatus.NEEDS_REVIEW
+    ops.cancel(store, session=SESSION)
+    assert leader.finish() == 1
+
+
+def test_auto_respond_answers_known_questions_unattended(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": "ask:need_confirmation:Run the tests now? ; read ; exit:0"}],
+        auto_respond=[{"type": "need_confirmation", "match": "(?i)run the tests", "answer": "yes"}],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+
+    assert leader.finish() == 0
+    store = store_of(home, leader.run_id)
+    (answer,) = store.messages(Box.INBOX)
+    assert answer.body == "yes" and answer.data is not None
+    assert answer.data["source"] == "autoRespond[0]"
+    assert "got respond yes" in log_of(store, "t")
+
+
+def test_a_second_leader_is_refused_with_the_first_named(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+
+    second = subprocess.run(
+        [sys.executable, "-m", "crew", "resume", leader.run_id],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert second.returncode == 4
+    assert f"is already led by pid {leader.pid} on {os.uname().nodename}" in second.stderr
+    ops.respond(store, "t", "ok", session=SESSION)
+    assert leader.finish() == 0
+
+
+def test_kill_9_while_waiting_then_respond_then_resume(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": "ask:need_input:Which database? ; read ; exit:0"}],
+        agent={"maxAttempts": 2},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    orphan = task.pid
+    assert orphan is not None
+
+    leader.process.kill()  # SIGKILL: no goodbye
+    leader.finish()
+    first_answer = ops.respond(store, "t", "sqlite", session=SESSION).message  # no leader now
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.attempt == 2
+    ops.respond(store, "t", "postgres", session=SESSION)
+
+    assert resumed.finish() == 0
+    state = store.state()
+    assert state.run.status is RunStatus.COMPLETED and state.run.leader_epoch >= 2
+    rejected = next(m for m in store.messages(Box.INBOX) if m.id == first_answer.id)
+    assert (
+        rejected.status is MessageStatus.REJECTED
+        and rejected.reason == "superseded: worker restarted"
+    )
+    log = log_of(store, "t")
+    assert "attempt 2" in log and "got respond postgres" in log and "got respond sqlite" not in log
+    eventually(lambda: not _alive(orphan))  # the old attempt's worker was stopped
+
+
+def test_resume_with_no_attempts_left_fails_the_task_with_the_reason(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+    leader.process.kill()
+    leader.finish()
+    ops.respond(store, "t", "late", session=SESSION)
+
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+
+    assert resumed.finish() == 1
+    state = store.state()
+    assert state.tasks["t"].status is TaskStatus.FAILED
+    assert state.tasks["t"].error == "the leader stopped while it ran"
+    (answer,) = store.messages(Box.INBOX)
+    assert (
+        answer.status is MessageStatus.REJECTED and answer.reason == "superseded: worker restarted"
+    )
+
+
+def test_a_stale_leader_writes_nothing_once_fenced(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; drain"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+
+    with store.transaction() as txn:  # someone took the run over under it
+        txn.update_run(EventType.LEADER_STARTED, leader_epoch=txn.run.leader_epoch + 1)
+    fenced_at = len(events_of(store))
+    ops.steer(store, "t", "anyone there?", session=SESSION)
+
+    assert leader.finish() == 4
+    assert len(events_of(store)) == fenced_at + 1  # only our steer
+    (steer,) = store.messages(Box.STEERING)
+    assert steer.status is MessageStatus.PENDING
+
+
+def test_sigint_stops_leading_and_resume_continues(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "drain"}], agent={"maxAttempts": 2})
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["t"].status is TaskStatus.RUNNING)
+
+    leader.process.send_signal(signal.SIGINT)
+
+    assert leader.finish() == 130
+    assert "`crew resume" in leader.err
+    assert store.state().tasks["t"].status is TaskStatus.RUNNING  # resumable, not "completed"
+    assert "got EOF" in log_of(store, "t")  # the worker was told the leader is gone
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    eventually(lambda: store.state().tasks["t"].attempt == 2)
+    ops.cancel(store, session=SESSION)
+    assert resumed.finish() == 1
+
+
+def test_messages_for_a_task_that_has_not_started_wait_for_it(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "first", "prompt": "sleep:0.5 ; exit:0"},
+            {"id": "second", "prompt": "read ; exit:0", "dependsOn": ["first"]},
+        ],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    ops.follow_up(store, "second", "when you start", session=SESSION)
+
+    assert leader.finish() == 0
+    assert "got followUp when you start" in log_of(store, "second")
+
+
+def test_crew_logs_follows_a_task_to_its_end(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "say:one ; sleep:0.5 ; say:two ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+
+    followed = subprocess.run(
+        [sys.executable, "-m", "crew", "logs", leader.run_id, "t", "--follow"],
+        capture_output=True, text=True, check=False, timeout=30,
+    )  # fmt: skip
+
+    assert followed.returncode == 0
+    assert followed.stdout == "attempt 1\none\ntwo\n"
+    assert leader.finish() == 0
+
+
+def _alive(pid: int) -> bool:
+    from crew.procs import is_alive
+
+    return is_alive(pid)
