@@ -145,19 +145,58 @@ def _lead(
         return
     if not json:
         say(f"run {store.run_id}{' resumed' if resume else ''}")
-    code = lead(
+    if interactive and sys.stdout.isatty() and sys.stdin.isatty():
+        code = _lead_on_terminal(store, session, **options, resume=resume)  # type: ignore[arg-type]
+    else:
+        code = lead(
+            store,
+            session=session,
+            resume=resume,
+            force=force,
+            max_parallel=max_parallel,
+            run_timeout=run_timeout,
+            on_events=_printer(json),
+        )
+    if not json:
+        _summary(store, code)
+    if code:
+        raise typer.Exit(code)
+
+
+def _lead_on_terminal(
+    store: RunStore,
+    session: str,
+    *,
+    resume: bool,
+    force: bool,
+    max_parallel: int | None,
+    run_timeout: float | None,
+) -> int:
+    """Lead in a background thread while the terminal shows the run and takes answers."""
+    import threading
+
+    from crew.dashboard import Dashboard
+    from crew.leader import become_leader, stop_on_signals
+
+    leader = become_leader(
         store,
         session=session,
         resume=resume,
         force=force,
         max_parallel=max_parallel,
         run_timeout=run_timeout,
-        on_events=_printer(json),
     )
-    if not json:
-        _summary(store, code)
-    if code:
-        raise typer.Exit(code)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(leader.lead()), name="leader")
+    thread.start()
+    dashboard = Dashboard(store, session=session, interactive=True)
+    try:
+        with stop_on_signals(leader.request_stop):
+            dashboard.run(done=lambda: not thread.is_alive())
+    except KeyboardInterrupt:
+        leader.request_stop("SIGINT")
+    thread.join()
+    return codes[0] if codes else 1
 
 
 def _printer(json: bool) -> OnEvents:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from crew.adapters import check_supported
 from crew.config import load_config
@@ -17,6 +18,9 @@ from crew.errors import CrewError, StoreError, error_for
 from crew.models import Event
 from crew.paths import Home
 from crew.run import RunStore, create_run
+
+if TYPE_CHECKING:
+    from crew.leader.core import Leader
 
 OnEvents = Callable[[list[Event]], None]
 
@@ -44,11 +48,38 @@ def lead(
 
     SIGINT, SIGTERM and SIGHUP stop the leader gracefully (the run stays resumable).
     """
+    leader = become_leader(
+        store,
+        session=session,
+        resume=resume,
+        force=force,
+        max_parallel=max_parallel,
+        run_timeout=run_timeout,
+        on_events=on_events,
+    )
+    if on_ready is not None:
+        on_ready()
+    with stop_on_signals(leader.request_stop):
+        return leader.lead()
+
+
+def become_leader(
+    store: RunStore,
+    *,
+    session: str,
+    resume: bool = False,
+    force: bool = False,
+    max_parallel: int | None = None,
+    run_timeout: float | None = None,
+    on_events: OnEvents | None = None,
+) -> Leader:
+    """Claim the run's lease (taking an interrupted run over with `resume`): a Leader ready to
+    `lead()`, in this thread or another."""
     from crew.leader.core import Leader
     from crew.leader.takeover import claim
 
     takeover = claim(store, session=session, force=force, resume=resume)
-    leader = Leader(
+    return Leader(
         store,
         takeover.lease,
         home_parent=store.paths.root.parents[3],
@@ -56,14 +87,11 @@ def lead(
         run_timeout=run_timeout,
         on_events=on_events,
     )
-    if on_ready is not None:
-        on_ready()
-    with _stop_on_signals(leader.request_stop):
-        return leader.lead()
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
+def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
+    """While in the block, SIGINT, SIGTERM and SIGHUP call `stop(name)` (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

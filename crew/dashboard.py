@@ -1,0 +1,292 @@
+"""A live view of a run in the terminal, redrawn when its files change (`crew run`, `crew watch`).
+
+With `interactive`, Enter answers the oldest open question right there: the view pauses, asks for
+the answer, sends it with the ordinary respond, and goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import termios
+import tty
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from crew import clock
+from crew.errors import CrewError
+from crew.follow import watch_folders
+from crew.models import Event, Task
+from crew.protocol import strip_ansi
+from crew.registry import Box, ContactType, TaskStatus
+from crew.run import RunState, RunStore
+from crew.store import jsonl
+from crew.views import pending_counts
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+TAIL_BYTES = 4096
+EVENTS_SHOWN = 6
+#: Ages on screen move on by themselves: redraw at least this often while the run is live.
+TICK = 1.0
+
+
+@dataclass
+class View:
+    """What the dashboard shows, read from the run's files."""
+
+    state: RunState
+    pending: dict[str, dict[str, int]]
+    last_lines: dict[str, str]
+    events: list[Event]
+    warnings: list[str]
+
+
+def last_line(path: os.PathLike[str] | str) -> str:
+    """The last non-empty line of a log, read from its end, escape sequences removed."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - TAIL_BYTES))
+            tail = handle.read()
+    except FileNotFoundError:
+        return ""
+    for raw in reversed(tail.splitlines()):
+        text = strip_ansi(raw.decode("utf-8", errors="replace")).strip()
+        if text:
+            return text
+    return ""
+
+
+class Dashboard:
+    def __init__(self, store: RunStore, *, session: str, interactive: bool) -> None:
+        self.store = store
+        self.session = session
+        self.interactive = interactive and sys.stdin.isatty()
+        self._events = jsonl.Follower(store.paths.events, Event)
+        self._recent: list[Event] = []
+        self.notice = ""
+
+    # ------------------------------------------------------------------ reading
+
+    def view(self) -> View:
+        recovery = self.store.load()
+        state = recovery.state
+        tasks = state.task_list()
+        messages = self.store.messages(Box.INBOX) + self.store.messages(Box.STEERING)
+        self._recent = (self._recent + self._events.poll().records)[-EVENTS_SHOWN:]
+        lines = {t.id: last_line(self.store.paths.log(t.id)) for t in tasks if t.attempt}
+        return View(
+            state, pending_counts(tasks, messages), lines, self._recent, recovery.warnings()
+        )
+
+    # ------------------------------------------------------------------ drawing
+
+    def render(self, view: View) -> RenderableType:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        from crew.render import STATUS_STYLE
+
+        run = view.state.run
+        tasks = view.state.task_list()
+        header = Text.assemble(
+            ("Run ", "bold"),
+            (run.run_id, "bold"),
+            f" · crew {run.crew} · ",
+            (str(run.status), STATUS_STYLE.get(run.status, "")),
+            f" · {_tally(tasks)}",
+        )
+        table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
+        for column in ("TASK", "STATUS", "TRY", "SINCE", "PENDING", "NOW"):
+            table.add_column(column, no_wrap=column != "NOW", overflow="ellipsis")
+        for task in tasks:
+            pending = sum(view.pending.get(task.id, {}).values())
+            table.add_row(
+                Text(task.id),
+                Text(str(task.status), STATUS_STYLE.get(task.status, "")),
+                f"{task.attempt}/{task.max_attempts}",
+                _since(task),
+                str(pending) if pending else "",
+                Text(_now(task, view.last_lines.get(task.id, ""))),  # Text: never markup
+            )
+        parts: list[RenderableType] = [header, table]
+        if view.events:
+            log = Text("\n".join(_event_line(e) for e in view.events), style="dim")
+            parts += [Text(""), log]
+        for warning in view.warnings:
+            parts.append(Text(f"! {warning}", style="yellow"))
+        parts.append(Text(self._help(tasks), style="bold cyan" if self.notice else "dim"))
+        return Group(*parts)
+
+    def _help(self, tasks: list[Task]) -> str:
+        if self.notice:
+            return self.notice
+        waiting = [t for t in tasks if t.contact is not None]
+        if self.interactive and waiting:
+            return f"⏎ answer {waiting[0].id}'s question ({len(waiting)} waiting) · Ctrl-C stop"
+        return "Ctrl-C stop"
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, *, done: Callable[[], bool], console: Console | None = None) -> None:
+        """Show the run until `done()` says to stop (checked after every change)."""
+        from rich.console import Console
+        from rich.live import Live
+
+        console = console or Console()
+        watcher = watch_folders(
+            [self.store.paths.root, self.store.paths.mailbox_dir, self.store.paths.logs_dir]
+        )
+        try:
+            with (
+                self._keys() as keys,
+                Live(
+                    self.render(self.view()), console=console, auto_refresh=False, transient=False
+                ) as live,
+            ):
+                while not done():
+                    ready = self._wait(watcher, keys)
+                    if ready and self.interactive and _read_key() in {"\r", "\n"}:
+                        live.stop()
+                        with self._cooked(keys):
+                            self.notice = self._answer(console)
+                        live.start()
+                    live.update(self.render(self.view()), refresh=True)
+                live.update(self.render(self.view()), refresh=True)
+        finally:
+            watcher.close()
+
+    def _wait(self, watcher: object, keys: int | None) -> bool:
+        """Sleep until a file changes, a key is pressed (True), or a tick passes."""
+        fds: list[int] = []
+        fileno = getattr(watcher, "fileno", lambda: None)()
+        if fileno is not None:
+            fds.append(fileno)
+        if keys is not None:
+            fds.append(keys)
+        if fileno is None:  # a watcher without a descriptor: look at the files once a tick
+            watcher.wait(0.0 if keys is not None else TICK)  # type: ignore[attr-defined]
+            if keys is None:
+                return False
+        ready, _, _ = select.select(fds, [], [], TICK)
+        if fileno in ready:
+            watcher.drain()  # type: ignore[attr-defined]
+        return keys is not None and keys in ready
+
+    @contextlib.contextmanager
+    def _keys(self) -> Iterator[int | None]:
+        """Single keystrokes from the terminal (cbreak mode) while interactive."""
+        if not self.interactive:
+            yield None
+            return
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+        try:
+            yield fd
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    @contextlib.contextmanager
+    def _cooked(self, fd: int | None) -> Iterator[None]:
+        """Normal line editing while a question is answered."""
+        if fd is None:
+            yield
+            return
+        saved = termios.tcgetattr(fd)
+        attrs = termios.tcgetattr(fd)
+        attrs[3] |= termios.ICANON | termios.ECHO
+        termios.tcsetattr(fd, termios.TCSADRAIN, attrs)
+        try:
+            yield
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    def _answer(self, console: Console) -> str:
+        """Ask the person for the answer to the oldest open question and send it."""
+        from crew import ops
+
+        state = self.store.state()
+        waiting = sorted(
+            (t for t in state.task_list() if t.contact is not None),
+            key=lambda t: t.waiting_since or "",
+        )
+        if not waiting:
+            return "No question is open any more."
+        task = waiting[0]
+        contact = task.contact
+        assert contact is not None
+        console.print(f"\n[bold]{task.id}[/] asks ({contact.type}): {contact.prompt}")
+        if contact.options:
+            for number, option in enumerate(contact.options, 1):
+                console.print(f"  {number}. {option}")
+            hint = "number or text"
+        elif contact.type is ContactType.NEED_CONFIRMATION:
+            hint = "yes / no, or more words"
+        else:
+            hint = "your answer"
+        try:
+            text = input(f"Answer ({hint}; empty to skip): ").strip()
+        except EOFError:
+            text = ""
+        if not text:
+            return "Skipped: the question is still open."
+        if contact.options and text.isdigit() and 1 <= int(text) <= len(contact.options):
+            text = contact.options[int(text) - 1]
+        try:
+            sent = ops.respond(
+                self.store, task.id, text, session=self.session, contact_id=contact.id
+            )
+        except CrewError as error:
+            return f"Not sent: {error.message}"
+        return f"Answered {task.id} ({sent.message.id})."
+
+
+def _read_key() -> str:
+    try:
+        return os.read(sys.stdin.fileno(), 1).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tally(tasks: list[Task]) -> str:
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.status] = counts.get(task.status, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def _since(task: Task) -> str:
+    moment = (
+        task.waiting_since
+        if task.status is TaskStatus.WAITING
+        else task.ended_at
+        if task.status.terminal
+        else task.started_at
+    )
+    if not moment:
+        return ""
+    with contextlib.suppress(ValueError):
+        return clock.format_duration(clock.seconds_since(moment))
+    return ""
+
+
+def _now(task: Task, last: str) -> str:
+    if task.contact is not None:
+        options = f" [{'|'.join(task.contact.options)}]" if task.contact.options else ""
+        return f"? {task.contact.prompt}{options}"
+    if task.status.terminal and task.error:
+        return task.error
+    if task.status is TaskStatus.QUEUED and task.depends_on:
+        return "after " + ", ".join(task.depends_on)
+    return last
+
+
+def _event_line(event: Event) -> str:
+    return f"{event.at[11:19]} {event.message or event.type}"

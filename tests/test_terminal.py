@@ -1,0 +1,97 @@
+"""`crew run` on a real terminal (tmux): the live view, and answering a question inline."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from leaders import eventually, store_of, write_crew
+
+from crew.paths import Home
+from crew.registry import RunStatus
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+class Terminal:
+    """A tmux session on its own server, 120 by 30."""
+
+    def __init__(self, socket: str, command: str, cwd: Path) -> None:
+        self.socket = socket
+        env = " ".join(
+            f"{k}={shlex.quote(v)}" for k, v in os.environ.items() if k.startswith("CREW_")
+        )
+        self._tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "30",
+                   f"cd {shlex.quote(str(cwd))} && env {env} {command}; echo EXIT=$?; sleep 60")  # fmt: skip
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True
+        )
+        return done.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "t")
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", "t", *keys)
+
+    def shows(self, text: str, timeout: float = 20) -> str:
+        return str(eventually(lambda: text in (screen := self.screen()) and screen, timeout))
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "plan", "prompt": "say:thinking [hard] ; ask:need_selection:Which database? [postgres|sqlite] ; read ; exit:0"},
+            {"id": "build", "prompt": "say:building ; exit:0", "dependsOn": ["plan"]},
+        ],
+    )  # fmt: skip
+    crew = f"{shlex.quote(sys.executable)} -m crew run crew.toml"
+    term = Terminal(f"crew-test-{os.getpid()}-{tmp_path.name}", crew, tmp_path)
+    try:
+        yield term
+    finally:
+        term.close()
+
+
+def test_the_live_view_shows_the_question_and_takes_the_answer(
+    terminal: Terminal, home: Home
+) -> None:
+    screen = terminal.shows("⏎ answer plan's question")
+    assert "? Which database? [postgres|sqlite]" in screen
+    assert "waiting" in screen and "after plan" in screen
+
+    terminal.keys("Enter")
+    prompt = terminal.shows("Answer (number or text")
+    assert "1. postgres" in prompt and "2. sqlite" in prompt
+    terminal.keys("2", "Enter")
+
+    final = terminal.shows("EXIT=0")
+    assert "completed" in final
+    (run_id,) = home.run_ids()
+    store = store_of(home, run_id)
+    assert store.state().run.status is RunStatus.COMPLETED
+    assert "got respond sqlite" in store.paths.log("plan").read_text()
+
+
+def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: Home) -> None:
+    terminal.shows("⏎ answer plan's question")
+
+    terminal.keys("C-c")
+
+    final = terminal.shows("EXIT=130")
+    assert "crew resume" in final
+    (run_id,) = home.run_ids()
+    assert store_of(home, run_id).state().run.status is RunStatus.RUNNING  # resumable
