@@ -28,7 +28,7 @@ class Timing:
 
 def ms(seconds: float) -> str:
     """A duration in µs or ms."""
-    if seconds < 0.001:
+    if abs(seconds) < 0.001:
         return f"{seconds * 1e6:.0f} µs"
     return f"{seconds * 1e3:.2f} ms"
 

@@ -417,3 +417,32 @@ def _alive(pid: int) -> bool:
     from crew.procs import is_alive
 
     return is_alive(pid)
+
+
+def test_a_repair_under_a_live_leader_loses_and_repeats_nothing(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; drain"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+    first = ops.steer(store, "t", "before the repair", session=SESSION).message
+    eventually(lambda: store.messages(Box.STEERING)[0].status is MessageStatus.DELIVERED)
+    with store.paths.box(Box.STEERING).open("ab") as handle:
+        handle.write(b"garbage from a bad disk\n")
+    inode = store.paths.box(Box.STEERING).stat().st_ino
+
+    from crew.doctor import doctor
+
+    assert doctor(home, leader.run_id, repair=True).clean
+    assert store.paths.box(Box.STEERING).stat().st_ino != inode  # replaced under the leader
+    second = ops.steer(store, "t", "after the repair", session=SESSION).message
+    eventually(lambda: "got steer after the repair" in log_of(store, "t"))
+    ops.cancel(store, session=SESSION)
+
+    assert leader.finish() == 1
+    got = [line for line in log_of(store, "t").splitlines() if line.startswith("got steer")]
+    assert got == ["got steer before the repair", "got steer after the repair"]
+    statuses = {m.id: m.status for m in store.messages(Box.STEERING)}
+    assert (
+        statuses[first.id] is MessageStatus.DELIVERED
+        and statuses[second.id] is MessageStatus.DELIVERED
+    )

@@ -166,7 +166,10 @@ class Leader:
         self.run_deadline = None if run_timeout is None else time.monotonic() + run_timeout
         self.run_timeout = run_timeout
         self.workers: dict[str, Worker] = {}
-        self.messages: dict[str, MailboxMessage] = {}
+        #: Undelivered messages to each task (the latest line of each), kept up to date from
+        #: the mailbox files and our own writes.
+        self.pending: dict[str, dict[str, MailboxMessage]] = {}
+        self._settled: set[str] = set()
         self._order: dict[str, int] = {}
         self._followers = [
             jsonl.Follower(self.paths.box(box), MailboxMessage)
@@ -298,20 +301,26 @@ class Leader:
         self._dirty = False
         self.state = self.store.state()
         for follower in self._followers:
-            poll = follower.poll()
-            for message in poll.records:
-                if message.direction is not Direction.INBOX:
-                    continue
-                self._order.setdefault(message.id, len(self._order))
-                self.messages[message.id] = message
+            for message in follower.poll().records:
+                self._adopt(message)
 
     def _commit(self, txn: Txn) -> None:
         """After a transaction of ours: adopt its state and its mailbox lines."""
         self.state = txn.state
         for message in txn.staged_mail():
-            if message.direction is Direction.INBOX:
-                self._order.setdefault(message.id, len(self._order))
-                self.messages[message.id] = message
+            self._adopt(message)
+
+    def _adopt(self, message: MailboxMessage) -> None:
+        """Track the latest state of a message to a worker (a replayed file repeats lines)."""
+        if message.direction is not Direction.INBOX:
+            return
+        self._order.setdefault(message.id, len(self._order))
+        waiting = self.pending.setdefault(message.task_id, {})
+        if message.status is not MessageStatus.PENDING:
+            waiting.pop(message.id, None)
+            self._settled.add(message.id)
+        elif message.id not in self._settled:  # never back to pending (a file re-read from 0)
+            waiting[message.id] = message
 
     def _heartbeat(self) -> None:
         """Refresh leader.json, after checking no newer leader has taken the run."""
@@ -764,7 +773,7 @@ class Leader:
                 continue
             if worker.to_write or worker.exited or worker.kill_at is not None:
                 continue
-            due = deliverable(self.messages.values(), task, self._order)
+            due = deliverable(self.pending.get(task.id, {}).values(), task, self._order)
             if not due:
                 continue
             for message in due:
@@ -833,10 +842,7 @@ class Leader:
             worker.clock.set_waiting(task.status is TaskStatus.WAITING, now)
             agent = self.state.run.config.agents[task.agent]
             nudge_pending = any(
-                m.task_id == task.id
-                and m.kind is MessageKind.NUDGE
-                and m.status is MessageStatus.PENDING
-                for m in self.messages.values()
+                m.kind is MessageKind.NUDGE for m in self.pending.get(task.id, {}).values()
             )
             verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudge_pending)
             if verdict.action is not None:
