@@ -70,7 +70,12 @@ def environment(**values: str) -> Iterator[None]:
 
 def crew_env(home: Home) -> dict[str, str]:
     """The environment of every crew process a benchmark starts: no fsync, one session."""
-    return {**os.environ, "CREW_FSYNC": "0", "CREW_SESSION_ID": SESSION, "CREW_HOME": str(home.root)}
+    return {
+        **os.environ,
+        "CREW_FSYNC": "0",
+        "CREW_SESSION_ID": SESSION,
+        "CREW_HOME": str(home.root),
+    }
 
 
 def crew_argv(*args: str) -> list[str]:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crew.models import MailboxMessage
 from crew.registry import ContactType
+
+if TYPE_CHECKING:
+    from crew.models import MailboxMessage
 
 # CSI (ESC [ … final), OSC (ESC ] … BEL or ST), other two-byte escapes, and 8-bit CSI.
 ANSI_RE = re.compile(

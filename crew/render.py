@@ -6,7 +6,7 @@ rich is imported only here, and only when a table is drawn.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crew import clock
 from crew.registry import EventType, MessageStatus, RunStatus, TaskStatus
@@ -180,6 +180,37 @@ def mailbox_view(views: list[MessageView]) -> None:
             line += f" ({_esc(message.reason)})"
         style = "red" if message.status is MessageStatus.REJECTED else "dim"
         out.print(f"      {line}", style=style)
+        if view.decisions:
+            out.print(
+                f"      {_esc(' → '.join(_decision_text(d) for d in view.decisions))}", style="dim"
+            )
+
+
+def _decision_text(decision: dict[str, Any]) -> str:
+    """A decision as a short phrase: `picked`, `preempted by msg_…`, `done: ok`."""
+    action = str(decision.get("action", "?"))
+    at = _clock(decision.get("at") if isinstance(decision.get("at"), str) else None)
+    if "by" in decision:
+        text = f"{_PAST.get(action, action)} by {decision['by']}"
+    elif action == "done":
+        reason = decision.get("reason")
+        text = f"done: {reason}" if reason else "done"
+    elif action == "continue":
+        text = str(decision.get("reason") or "left queued")
+    else:
+        text = _PAST.get(action, action)
+        if decision.get("reason") and action != "pick":
+            text += f" ({decision['reason']})"
+    return f"{text} {at}".rstrip()
+
+
+_PAST = {
+    "pick": "picked",
+    "preempt": "preempted",
+    "merge": "merged",
+    "cancel": "cancelled",
+    "defer": "deferred",
+}
 
 
 def _clock(timestamp: str | None) -> str:

@@ -128,16 +128,19 @@ def _backlog_warnings(run: Run, pending: PendingCounts) -> list[str]:
 
 @dataclass
 class MessageView:
-    """A message and every status it went through (each line of the upsert log)."""
+    """A message's life: each status it went through, then the worker's attention decisions
+    about it (picked, preempted, merged, …) and the outcome it reported."""
 
     message: MailboxMessage
     box: Box
     history: list[MailboxMessage]
+    decisions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = self.message.to_dict()
         data["box"] = self.box.value
         data["history"] = [_history_entry(m) for m in self.history]
+        data["decisions"] = self.decisions
         return data
 
 
@@ -175,19 +178,35 @@ def mailbox_view(
                 continue
             if status is not None and latest.status is not status:
                 continue
-            views.append(MessageView(latest, each, _distinct(history)))
+            views.append(MessageView(latest, each, _status_changes(history)))
+    _attach_decisions(views)
     order = {task_id: index for index, task_id in enumerate(state.tasks)}
     views.sort(key=lambda v: (order.get(v.message.task_id, len(order)), v.message.sent_at))
     return views
 
 
-def _distinct(history: list[MailboxMessage]) -> list[MailboxMessage]:
-    """Drop repeated identical lines (a write completed twice after a crash)."""
+def _status_changes(history: list[MailboxMessage]) -> list[MailboxMessage]:
+    """The lines where the status changed (decisions and repeated writes keep the status)."""
     kept: list[MailboxMessage] = []
     for line in history:
-        if not kept or kept[-1] != line:
+        if not kept or kept[-1].status is not line.status:
             kept.append(line)
     return kept
+
+
+def _attach_decisions(views: list[MessageView]) -> None:
+    """Each message's own decisions, and those that preempted or merged into it (`by`)."""
+    by_id = {v.message.id: v for v in views}
+    for view in views:
+        for decision in (view.message.data or {}).get("decisions", []):
+            if not isinstance(decision, dict):
+                continue
+            view.decisions.append(decision)
+            focus = by_id.get(str(decision.get("focus", "")))
+            if focus is not None and decision.get("action") in {"preempt", "merge", "cancel"}:
+                focus.decisions.append({**decision, "by": view.message.id})
+    for view in views:
+        view.decisions.sort(key=lambda d: str(d.get("at", "")))
 
 
 def event_filter(type_name: str | None, task: str | None) -> Any:

@@ -446,3 +446,51 @@ def test_a_repair_under_a_live_leader_loses_and_repeats_nothing(tmp_path: Path, 
         statuses[first.id] is MessageStatus.DELIVERED
         and statuses[second.id] is MessageStatus.DELIVERED
     )
+
+
+def test_an_sdk_worker_answers_preempts_and_resumes_under_crew_run(
+    tmp_path: Path, home: Home
+) -> None:
+    agent = Path(__file__).parent / "workers" / "sdk_agent.py"
+    (tmp_path / "crew.toml").write_text(
+        "[agents.sdk]\n"
+        f'command = ["{sys.executable}", "{agent}"]\n'
+        '[[tasks]]\nid = "coder"\nagent = "sdk"\nprompt = "code"\n'
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+    ops.respond(store, "coder", "sqlite", session=SESSION)
+    job = ops.follow_up(store, "coder", "add the users table", session=SESSION).message
+    eventually(lambda: "working on add the users table" in log_of(store, "coder"))
+    steer = ops.steer(store, "coder", "use uuids for ids", session=SESSION).message
+
+    assert leader.finish() == 0
+    log = log_of(store, "coder")
+    assert "preempted by use uuids for ids" in log and "resumed add the users table" in log
+    decisions = [
+        e.data["decision"]
+        for e in events_of(store)
+        if e.type is EventType.ATTENTION_DECISION and e.data
+    ]
+    preempt = next(d for d in decisions if d["action"] == "preempt")
+    assert preempt["item"] == steer.id and preempt["focus"] == job.id
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "crew", "mailbox", leader.run_id, "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    views = {m["id"]: m for m in json.loads(shown.stdout)}
+    job_life = [(d["action"], d.get("by")) for d in views[job.id]["decisions"]]
+    assert job_life == [("pick", None), ("preempt", steer.id), ("pick", None), ("done", None)]
+    assert views[job.id]["decisions"][-1]["reason"] == "finished"
+    assert [h["status"] for h in views[job.id]["history"]] == [
+        "pending",
+        "delivered",
+        "acknowledged",
+    ]
+    human = subprocess.run(
+        [sys.executable, "-m", "crew", "mailbox", leader.run_id, "--task", "coder"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert f"preempted by {steer.id}" in human and "done: finished" in human

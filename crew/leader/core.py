@@ -515,12 +515,7 @@ class Leader:
                     message=f"{task.id} acknowledged {message.kind} {message.id}",
                 )
         elif isinstance(item, Decision):
-            txn.record(
-                EventType.ATTENTION_DECISION,
-                task_id=task.id,
-                message=f"{task.id} decided: {_short(str(item.data.get('action', '?')))}",
-                data=item.data,
-            )
+            self._decision(txn, task, item.data)
         elif isinstance(item, Malformed):
             worker.malformed += 1
             if worker.malformed <= _MALFORMED_EVENTS or worker.malformed % 100 == 0:
@@ -531,6 +526,33 @@ class Leader:
                     data={"reason": item.reason, "count": worker.malformed},
                 )
         return None
+
+    def _decision(self, txn: Txn, task: Task, decision: dict[str, Any]) -> None:
+        """Record an attention decision; the message it is about keeps it in `data.decisions`,
+        so `crew mailbox` shows each message's whole life without reading the event log."""
+        action = str(decision.get("action", "?"))
+        about = decision.get("item")
+        message = None
+        if isinstance(about, str):
+            for box in (MessageKind.RESPOND.box, MessageKind.STEER.box):
+                message = message or txn.messages(box).get(about)
+        text = f"{task.id} decided {_short(action)}"
+        if message is not None and message.task_id == task.id:
+            text += f" about {message.kind} {message.id}"
+            entry = {"at": txn.at, **{k: v for k, v in decision.items() if k != "item"}}
+            data = dict(message.data or {})
+            data["decisions"] = [*data.get("decisions", []), entry]
+            txn.record(
+                EventType.ATTENTION_DECISION,
+                task_id=task.id,
+                message=text,
+                data={"decision": decision},  # the worker's JSON, kept apart from crew's keys
+                mail=message.model_copy(update={"data": data}),
+            )
+            return
+        txn.record(
+            EventType.ATTENTION_DECISION, task_id=task.id, message=text, data={"decision": decision}
+        )
 
     def _ask(self, txn: Txn, task: Task, item: Contact) -> SupervisorContact:
         contact = SupervisorContact(

@@ -1,0 +1,410 @@
+"""The worker SDK: the crew protocol and an attention loop for Python workers.
+
+    from crew.worker import Worker
+
+    worker = Worker.from_env()
+    db = worker.ask("Which database?", kind="need_selection", options=["postgres", "sqlite"])
+    while (item := worker.next(timeout=60)) is not None:
+        for step in plan(item.body):
+            do(step)
+            decision = worker.checkpoint()          # a safe point to be interrupted
+            if decision.action in {"preempt", "cancel"}:
+                break                               # worker.focus is now the new item
+        worker.done("ok")
+
+One focus at a time: `next()` hands out the most urgent queued message (respond > steer > nudge >
+followUp, first come first served within each), `checkpoint()` decides what to do about anything
+that arrived meanwhile, `done()` ends the focus. Follow-ups that queue up are merged into one.
+Nudges are answered with a status report without breaking focus. Every decision is printed as an
+`@supervisor decision:` line, so it lands in the run's event log. The rules are in
+docs/attention.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from crew.errors import CrewError, CrewTimeout
+from crew.protocol import contact_line
+from crew.registry import ContactType, MessageKind
+
+MERGE_SEPARATOR = "\n\n---\n\n"
+COALESCE_WINDOW = 0.2
+_RANK = {
+    MessageKind.RESPOND: 0,
+    MessageKind.STEER: 1,
+    MessageKind.NUDGE: 2,
+    MessageKind.FOLLOW_UP: 3,
+}
+_URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
+
+
+class NotInRun(CrewError):
+    """The program was not started by a crew leader (no CREW_* environment)."""
+
+
+class LeaderGone(CrewError):
+    """stdin reached its end: the leader has gone. Save your work and exit."""
+
+
+@dataclass
+class Message:
+    """A message the worker was given."""
+
+    id: str
+    kind: MessageKind
+    body: str
+    priority: str = "normal"
+    data: dict[str, Any] = field(default_factory=dict)
+    #: Ids of messages merged into this one (it stands for all of them).
+    merged: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """The first line of the body, with `(+N)` when N more messages were merged in."""
+        first = self.body.strip().splitlines()[0] if self.body.strip() else ""
+        first = first if len(first) <= 80 else first[:79] + "…"
+        return f"{first} (+{len(self.merged)})" if self.merged else first
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.id, *self.merged]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a checkpoint decided: `continue`, `preempt`, `cancel`, `merge` or `defer`."""
+
+    action: str
+    item: Message | None = None
+    reason: str = ""
+
+
+Judge = Callable[[Message, Message], Decision | None]
+StatusCallback = Callable[[Message | None], str]
+
+
+@dataclass(order=True)
+class _Queued:
+    rank: int
+    seq: int
+    message: Message = field(compare=False)
+
+
+class Worker:
+    """One worker's side of the crew protocol, with its attention loop."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        stdin_fd: int = 0,
+        stdout: TextIO | None = None,
+        judge: Judge | None = None,
+        status_callback: StatusCallback | None = None,
+        coalesce: float = COALESCE_WINDOW,
+    ) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.attempt = attempt
+        self.judge = judge
+        self.status_callback = status_callback
+        self.coalesce = coalesce
+        self.focus: Message | None = None
+        self._out = stdout or sys.stdout
+        self._write_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._queue: list[_Queued] = []
+        self._deferred: list[Message] = []
+        self._seq = 0
+        self._eof = False
+        self._reader = threading.Thread(
+            target=self._read, args=(stdin_fd,), name="crew-stdin", daemon=True
+        )
+        self._reader.start()
+
+    @classmethod
+    def from_env(cls, **options: Any) -> Worker:
+        """The worker of the current crew task (NotInRun outside a crew run)."""
+        try:
+            run_id = os.environ["CREW_RUN_ID"]
+            task_id = os.environ["CREW_TASK_ID"]
+        except KeyError:
+            raise NotInRun(
+                "Not running under a crew leader: CREW_RUN_ID and CREW_TASK_ID are not set.",
+                hint="Start this program as a task of a crew (`crew run`).",
+            ) from None
+        return cls(
+            run_id=run_id, task_id=task_id, attempt=int(os.environ.get("CREW_ATTEMPT", "1")),
+            **options,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ talking to the leader
+
+    def report(self, text: str, kind: str = "progress") -> None:
+        """A non-blocking `progress`, `status` or `note` line."""
+        if ContactType(kind) not in {ContactType.PROGRESS, ContactType.STATUS, ContactType.NOTE}:
+            raise ValueError(f"report kind must be progress, status or note, not {kind!r}")
+        self._say(f"@supervisor {kind}: {' '.join(text.split())}")
+
+    def ask(
+        self,
+        prompt: str,
+        kind: str = "need_input",
+        options: list[str] | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Ask the supervisor and block until the answer comes; returns its body.
+
+        Everything else that arrives meanwhile is queued for later (nudges are answered).
+        Raises LeaderGone at end of input, CrewTimeout after `timeout` seconds.
+        """
+        contact = ContactType(kind)
+        if not contact.blocking:
+            raise ValueError("ask kind must be need_input, need_confirmation or need_selection")
+        if contact is ContactType.NEED_SELECTION and not options:
+            raise ValueError("need_selection needs options")
+        self._say(contact_line(contact, prompt, options))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._answer_nudges(waiting_on=prompt)
+                answer = self._take(MessageKind.RESPOND)
+                if answer is not None:
+                    break
+                if self._eof:
+                    raise LeaderGone(f"stdin closed while waiting for an answer to {prompt!r}.")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CrewTimeout(f"No answer to {prompt!r} within {timeout:g}s.")
+                self._cond.wait(remaining)
+        self._ack(answer)
+        return answer.body
+
+    # ------------------------------------------------------------------ the attention loop
+
+    def next(self, timeout: float | None = None) -> Message | None:
+        """Focus on the most urgent queued message (None after `timeout` seconds of nothing).
+
+        Deferred items come back once nothing else is queued. A non-urgent head waits a short
+        coalescing window first, so a burst of follow-ups becomes one item.
+        Raises LeaderGone once input has ended and nothing is left.
+        """
+        if self.focus is not None:
+            self.done()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if not self._queue and self._deferred:
+                    for message in self._deferred:
+                        self._enqueue(message)
+                    self._deferred.clear()
+                if self._queue:
+                    head = self._queue[0].message
+                    if head.kind not in _URGENT and not self._eof:
+                        self._wait_for(self.coalesce)  # let a burst arrive and merge
+                    item = self._pop()
+                    break
+                if self._eof:
+                    raise LeaderGone("stdin closed: the leader has gone.")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+        self.focus = item
+        self._ack(item)
+        self._decide(Decision("pick", item, "most urgent queued item"))
+        return item
+
+    def checkpoint(self) -> Decision:
+        """A safe point to be interrupted: what to do about what arrived since the last one."""
+        current = self.focus
+        if current is None:
+            raise RuntimeError("checkpoint() needs a focus: call next() first")
+        with self._cond:
+            answered = self._answer_nudges()
+            if not self._queue:
+                return answered[-1] if answered else Decision("continue", None, "nothing new")
+            new = self._queue[0].message
+            decision = _rules(current, new)
+            if decision.action == "continue" and self.judge is not None:
+                judged = self.judge(current, new)
+                if judged is not None:
+                    decision = Decision(judged.action, judged.item or new, judged.reason)
+            self._apply(current, decision)
+        if decision.item is not None and decision.action in {"preempt", "cancel", "merge"}:
+            self._ack(decision.item)
+        self._decide(decision, focus=current)
+        return decision
+
+    def done(self, outcome: str | None = None) -> None:
+        """End the current focus; deferred items come back when nothing else is queued."""
+        if self.focus is None:
+            return
+        item, self.focus = self.focus, None
+        self._decide(Decision("done", item, outcome or ""))
+
+    # ------------------------------------------------------------------ inside
+
+    def _apply(self, current: Message, decision: Decision) -> None:
+        new = decision.item
+        if new is None or decision.action == "continue":
+            return
+        self._remove(new)
+        if decision.action == "preempt":
+            self._deferred.append(current)
+            self.focus = new
+        elif decision.action == "cancel":
+            self.focus = new  # the current work is dropped for good
+        elif decision.action == "merge":
+            current.body += MERGE_SEPARATOR + new.body
+            current.merged += new.ids
+        elif decision.action == "defer":
+            self._deferred.append(new)
+        else:
+            raise ValueError(f"unknown decision {decision.action!r}")
+
+    def _answer_nudges(self, waiting_on: str | None = None) -> list[Decision]:
+        """Answer queued nudges with a status report, without breaking focus (lock held)."""
+        decisions = []
+        for entry in [e for e in self._queue if e.message.kind is MessageKind.NUDGE]:
+            self._queue.remove(entry)
+            nudge = entry.message
+            if self.status_callback is not None:
+                status = self.status_callback(self.focus)
+            elif waiting_on is not None:
+                status = f"waiting for an answer to: {waiting_on}"
+            elif self.focus is not None:
+                status = f"working on {self.focus.kind} {self.focus.id}: {self.focus.summary}"
+            else:
+                status = "idle, waiting for work"
+            self._ack(nudge)
+            self.report(status, kind="status")
+            decisions.append(Decision("continue", nudge, "nudge answered with a status report"))
+            self._decide(decisions[-1], focus=self.focus)
+        return decisions
+
+    def _wait_for(self, seconds: float) -> None:
+        """Wait the whole window, whatever arrives meanwhile (lock held)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self._eof:
+            self._cond.wait(left)
+
+    def _take(self, kind: MessageKind) -> Message | None:
+        for entry in sorted(self._queue):
+            if entry.message.kind is kind:
+                self._queue.remove(entry)
+                return entry.message
+        return None
+
+    def _pop(self) -> Message:
+        self._queue.sort()
+        return self._queue.pop(0).message
+
+    def _remove(self, message: Message) -> None:
+        self._queue = [e for e in self._queue if e.message is not message]
+
+    def _enqueue(self, message: Message) -> None:
+        """Queue a message (lock held): a follow-up joins a queued follow-up instead."""
+        if message.kind is MessageKind.FOLLOW_UP:
+            for entry in self._queue:
+                if entry.message.kind is MessageKind.FOLLOW_UP:
+                    target = entry.message
+                    target.body += MERGE_SEPARATOR + message.body
+                    target.merged += message.ids
+                    if _PRIORITY.get(message.priority, 0) > _PRIORITY.get(target.priority, 0):
+                        target.priority = message.priority
+                    return
+        self._seq += 1
+        self._queue.append(_Queued(_RANK[message.kind], self._seq, message))
+        self._queue.sort()
+
+    def _read(self, fd: int) -> None:
+        """The one reader of stdin (os.read on the descriptor: never sys.stdin's buffer)."""
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            messages = [m for m in (_parse_frame(line) for line in lines) if m is not None]
+            if messages:
+                with self._cond:
+                    for message in messages:
+                        self._enqueue(message)
+                    self._cond.notify_all()
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def _ack(self, message: Message) -> None:
+        for message_id in message.ids:
+            self._say(f"@supervisor ack: {message_id}")
+
+    def _decide(self, decision: Decision, *, focus: Message | None = None) -> None:
+        """Print a decision (`focus`: the work in progress when it was taken)."""
+        record: dict[str, Any] = {"action": decision.action}
+        if decision.item is not None:
+            record["item"] = decision.item.id
+            record["kind"] = decision.item.kind.value
+            if decision.item.merged:
+                record["merged"] = decision.item.merged
+        if focus is not None and focus is not decision.item:
+            record["focus"] = focus.id
+        if decision.reason:
+            record["reason"] = decision.reason
+        self._say("@supervisor decision: " + json.dumps(record, ensure_ascii=False))
+
+    def _say(self, line: str) -> None:
+        with self._write_lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+_PRIORITY = {"low": 0, "normal": 1, "high": 2}
+
+
+def _rules(current: Message, new: Message) -> Decision:
+    """The heuristics (docs/attention.md): they never cancel; only a judge can."""
+    if new.kind is MessageKind.RESPOND:
+        if current.kind is MessageKind.RESPOND:
+            return Decision("continue", new, "answers are taken in turn")
+        return Decision("preempt", new, "an answer comes before anything else")
+    if new.kind is MessageKind.STEER:
+        if current.kind is MessageKind.STEER:
+            return Decision("merge", new, "a steer joins the steer in progress")
+        if current.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE}:
+            return Decision("preempt", new, "a steer outranks the current work")
+        return Decision("continue", new, "an answer in progress outranks a steer")
+    return Decision("continue", new, f"a {new.kind} waits for the current work to finish")
+
+
+def _parse_frame(line: bytes) -> Message | None:
+    try:
+        frame = json.loads(line)
+        kind = MessageKind(frame["type"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not a frame (a text-mode line, or noise): ignored
+    if kind not in _RANK:
+        return None
+    data = frame.get("data")
+    return Message(
+        id=str(frame.get("id", "")),
+        kind=kind,
+        body=str(frame.get("body", "")),
+        priority=str(frame.get("priority", "normal")),
+        data=data if isinstance(data, dict) else {},
+    )
