@@ -278,7 +278,7 @@ def test_ask_answers_nudges_while_it_waits(h: Harness) -> None:
 
 
 def test_ask_gives_up_after_its_timeout(h: Harness) -> None:
-    with pytest.raises(CrewTimeout, match="No answer to 'x' within 0.1s"):
+    with pytest.raises(CrewTimeout, match=r"No answer to 'x' within 0\.1s"):
         h.worker.ask("x", timeout=0.1)
 
 
