@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench docs clean
+.PHONY: test lint typecheck unit install bench docs demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ unit: install
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# The example crew in .crew-example/: four agents, answered by its autoRespond rules.
+demo: install
+	$(BIN)/crew run .crew-example/crew.toml
 
 bench: install
 	$(BIN)/python -m bench

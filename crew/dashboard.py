@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from crew import clock
 from crew.errors import CrewError
-from crew.follow import watch_folders
+from crew.follow import Watcher, watch_folders
 from crew.models import Event, Task
 from crew.protocol import strip_ansi
 from crew.registry import Box, ContactType, TaskStatus
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 TAIL_BYTES = 4096
 EVENTS_SHOWN = 6
-#: Ages on screen move on by themselves: redraw at least this often while the run is live.
-TICK = 1.0
+#: Where no file-event descriptor exists, how long to wait before looking at the files again.
+FALLBACK_WAIT = 1.0
 
 
 @dataclass
@@ -63,8 +63,11 @@ def last_line(path: os.PathLike[str] | str) -> str:
 
 
 class Dashboard:
-    def __init__(self, store: RunStore, *, session: str, interactive: bool) -> None:
+    def __init__(
+        self, store: RunStore, *, session: str, interactive: bool, watching: bool = False
+    ) -> None:
         self.store = store
+        self.watching = watching
         self.session = session
         self.interactive = interactive and sys.stdin.isatty()
         self._events = jsonl.Follower(store.paths.events, Event)
@@ -128,14 +131,26 @@ class Dashboard:
         if self.notice:
             return self.notice
         waiting = [t for t in tasks if t.contact is not None]
+        leave = "q leave" if self.watching else "Ctrl-C stop"
         if self.interactive and waiting:
-            return f"⏎ answer {waiting[0].id}'s question ({len(waiting)} waiting) · Ctrl-C stop"
-        return "Ctrl-C stop"
+            return f"⏎ answer {waiting[0].id}'s question ({len(waiting)} waiting) · {leave}"
+        return leave
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, *, done: Callable[[], bool], console: Console | None = None) -> None:
-        """Show the run until `done()` says to stop (checked after every change)."""
+    def run(
+        self,
+        *,
+        done: Callable[[View], bool],
+        wake_fd: int | None = None,
+        quit_key: bool = False,
+        console: Console | None = None,
+    ) -> None:
+        """Show the run until `done(view)` says to stop, redrawing when its files change.
+
+        `wake_fd` becoming readable also wakes it (the leader thread finishing); with
+        `quit_key`, pressing q leaves.
+        """
         from rich.console import Console
         from rich.live import Live
 
@@ -143,41 +158,43 @@ class Dashboard:
         watcher = watch_folders(
             [self.store.paths.root, self.store.paths.mailbox_dir, self.store.paths.logs_dir]
         )
+        view = self.view()
         try:
             with (
                 self._keys() as keys,
-                Live(
-                    self.render(self.view()), console=console, auto_refresh=False, transient=False
-                ) as live,
+                Live(self.render(view), console=console, auto_refresh=False) as live,
             ):
-                while not done():
-                    ready = self._wait(watcher, keys)
-                    if ready and self.interactive and _read_key() in {"\r", "\n"}:
+                while not done(view):
+                    key = self._wait(watcher, keys, wake_fd)
+                    if key == "q" and quit_key:
+                        break
+                    if key in {"\r", "\n"} and self.interactive:
                         live.stop()
                         with self._cooked(keys):
                             self.notice = self._answer(console)
                         live.start()
-                    live.update(self.render(self.view()), refresh=True)
-                live.update(self.render(self.view()), refresh=True)
+                    view = self.view()
+                    live.update(self.render(view), refresh=True)
         finally:
             watcher.close()
 
-    def _wait(self, watcher: object, keys: int | None) -> bool:
-        """Sleep until a file changes, a key is pressed (True), or a tick passes."""
-        fds: list[int] = []
-        fileno = getattr(watcher, "fileno", lambda: None)()
-        if fileno is not None:
-            fds.append(fileno)
-        if keys is not None:
-            fds.append(keys)
-        if fileno is None:  # a watcher without a descriptor: look at the files once a tick
-            watcher.wait(0.0 if keys is not None else TICK)  # type: ignore[attr-defined]
-            if keys is None:
-                return False
-        ready, _, _ = select.select(fds, [], [], TICK)
-        if fileno in ready:
-            watcher.drain()  # type: ignore[attr-defined]
-        return keys is not None and keys in ready
+    def _wait(self, watcher: Watcher, keys: int | None, wake_fd: int | None) -> str:
+        """Sleep until a file changes, `wake_fd` is readable, or a key is pressed (returned)."""
+        fds = [fd for fd in (watcher.fileno(), keys, wake_fd) if fd is not None]
+        if watcher.fileno() is None:  # no descriptor to wait on (not Linux): files, then keys
+            watcher.wait(FALLBACK_WAIT if not fds else 0.0)
+            if not fds:
+                return ""
+            ready, _, _ = select.select(fds, [], [], FALLBACK_WAIT)
+        else:
+            ready, _, _ = select.select(fds, [], [])
+        if watcher.fileno() in ready:
+            drain = getattr(watcher, "drain", None)
+            if drain is not None:
+                drain()
+        if keys is not None and keys in ready:
+            return _read_key()
+        return ""
 
     @contextlib.contextmanager
     def _keys(self) -> Iterator[int | None]:
@@ -263,6 +280,7 @@ def _tally(tasks: list[Task]) -> str:
 
 
 def _since(task: Task) -> str:
+    """When the task entered its status, as a local time of day (it never needs a redraw)."""
     moment = (
         task.waiting_since
         if task.status is TaskStatus.WAITING
@@ -273,7 +291,7 @@ def _since(task: Task) -> str:
     if not moment:
         return ""
     with contextlib.suppress(ValueError):
-        return clock.format_duration(clock.seconds_since(moment))
+        return clock.parse_timestamp(moment).astimezone().strftime("%H:%M:%S")
     return ""
 
 

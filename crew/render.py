@@ -236,9 +236,19 @@ _QUIET = frozenset(
 )
 
 
+#: Attention decisions worth a line of progress: the ones that change what a worker does.
+_NOTABLE_DECISIONS = frozenset({"preempt", "merge", "cancel", "defer"})
+
+
 def progress_line(event: Event) -> str | None:
     """One event as a progress line for a person watching `crew run` (None: not worth a line)."""
-    if event.type in _QUIET or not event.message:
+    if not event.message:
+        return None
+    if event.type is EventType.ATTENTION_DECISION:
+        decision = (event.data or {}).get("decision")
+        if not isinstance(decision, dict) or decision.get("action") not in _NOTABLE_DECISIONS:
+            return None
+    elif event.type in _QUIET:
         return None
     return f"{event.at[11:19]}  {event.message}"
 

@@ -36,6 +36,8 @@ from crew.protocol import contact_line
 from crew.registry import ContactType, MessageKind
 
 MERGE_SEPARATOR = "\n\n---\n\n"
+#: The id of the task's own work (`begin`): not a message, so never acknowledged.
+TASK_ITEM = "task"
 COALESCE_WINDOW = 0.2
 _RANK = {
     MessageKind.RESPOND: 0,
@@ -225,6 +227,18 @@ class Worker:
         self._decide(Decision("pick", item, "most urgent queued item"))
         return item
 
+    def begin(self, body: str, *, kind: str = "followUp") -> Message:
+        """Focus on the task's own work (its prompt), so checkpoints can interrupt it too.
+
+        It behaves as a queued item of `kind` that was picked: a steer preempts it, and it
+        resurfaces from `next()` once the interruption is done.
+        """
+        if self.focus is not None:
+            self.done()
+        self.focus = Message(id=TASK_ITEM, kind=MessageKind(kind), body=body)
+        self._decide(Decision("pick", self.focus, "the task's own work"))
+        return self.focus
+
     def checkpoint(self) -> Decision:
         """A safe point to be interrupted: what to do about what arrived since the last one."""
         current = self.focus
@@ -352,7 +366,8 @@ class Worker:
 
     def _ack(self, message: Message) -> None:
         for message_id in message.ids:
-            self._say(f"@supervisor ack: {message_id}")
+            if message_id != TASK_ITEM:
+                self._say(f"@supervisor ack: {message_id}")
 
     def _decide(self, decision: Decision, *, focus: Message | None = None) -> None:
         """Print a decision (`focus`: the work in progress when it was taken)."""

@@ -249,3 +249,15 @@ def test_following_an_ended_run_prints_it_and_returns(cli: Cli, make_run: MakeRu
     result = cli("events", "latest", "--follow")
 
     assert result.code == 0 and "run.ended" in result.out
+
+
+def test_watch_needs_a_terminal(cli: Cli, make_run: MakeRun) -> None:
+    make_run()
+
+    result = cli("watch")
+
+    assert result.code == 2
+    assert result.err == (
+        "crew: error: crew watch needs a terminal.\n"
+        "For a stream, use `crew events RUN --follow` (add --json for JSON lines).\n"
+    )

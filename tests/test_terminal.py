@@ -95,3 +95,61 @@ def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: H
     assert "crew resume" in final
     (run_id,) = home.run_ids()
     assert store_of(home, run_id).state().run.status is RunStatus.RUNNING  # resumable
+
+
+def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {
+                "id": "ask",
+                "prompt": "ask:need_input:Ship it? ; read ; say:shipping ; sleep:0.5 ; exit:0",
+            }
+        ],
+    )
+    started = subprocess.run(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--detach"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run_id = started.stdout.strip()
+    watch = Terminal(
+        f"crew-watch-{os.getpid()}",
+        f"{shlex.quote(sys.executable)} -m crew watch {run_id}",
+        tmp_path,
+    )
+    try:
+        screen = watch.shows("⏎ answer ask's question (1 waiting) · q leave")
+        assert "? Ship it?" in screen
+
+        watch.keys("Enter")
+        watch.shows("Answer (your answer")
+        watch.keys("yes please", "Enter")
+
+        final = watch.shows("EXIT=0")  # the run ended: watch shows the last state and returns
+        assert "completed" in final and "shipping" in final
+    finally:
+        watch.close()
+    assert "got respond yes please" in store_of(home, run_id).paths.log("ask").read_text()
+
+
+def test_crew_watch_leaves_on_q(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "slow", "prompt": "say:busy ; sleep:30"}])
+    started = subprocess.run(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--detach"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run_id = started.stdout.strip()
+    watch = Terminal(
+        f"crew-q-{os.getpid()}", f"{shlex.quote(sys.executable)} -m crew watch {run_id}", tmp_path
+    )
+    try:
+        watch.shows("busy")
+        watch.keys("q")
+        watch.shows("EXIT=0")
+    finally:
+        watch.close()
+        subprocess.run(
+            [sys.executable, "-m", "crew", "cancel", run_id], capture_output=True, check=False
+        )

@@ -338,3 +338,15 @@ def test_a_worker_exits_cleanly_while_its_reader_thread_blocks_on_stdin() -> Non
     assert done.returncode == 0, done.stderr
     assert done.stdout == "@supervisor progress: started\nbye\n"
     assert "Fatal Python error" not in done.stderr
+
+
+def test_the_tasks_own_work_can_be_preempted_and_resurfaces(h: Harness) -> None:
+    work = h.worker.begin("write the page")
+    h.send("steer", "friendlier intro")
+
+    decision = h.worker.checkpoint()
+
+    assert decision.action == "preempt" and h.worker.focus is decision.item
+    h.worker.done("revised")
+    assert h.worker.next(timeout=2) is work
+    assert "@supervisor ack: task" not in h.lines()  # the task's own work is not a message

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, JsonOption, RunArgument, home_from, print_json, warn
+from crew.cli.common import (
+    HomeOption,
+    JsonOption,
+    RunArgument,
+    SessionOption,
+    home_from,
+    print_json,
+    warn,
+)
 from crew.registry import Box, MessageStatus, RunStatus
 
 
@@ -16,6 +24,7 @@ def register(app: typer.Typer) -> None:
     app.command("status")(status)
     app.command("mailbox")(mailbox)
     app.command("events")(events)
+    app.command("watch")(watch)
 
 
 def runs(
@@ -122,3 +131,30 @@ def events(
             show(event)
             if follow:
                 sys.stdout.flush()
+
+
+def watch(
+    run: RunArgument = "latest",
+    no_input: Annotated[
+        bool, typer.Option("--no-input", help="Only show; never offer to answer questions.")
+    ] = False,
+    session: SessionOption = None,
+    home: HomeOption = None,
+) -> None:
+    """Show a run live — tasks, open questions, pending messages, the last events — redrawn
+    as its files change; Enter answers a waiting task, q leaves."""
+    from crew.dashboard import Dashboard
+    from crew.errors import UsageError
+    from crew.run import RunStore
+    from crew.session import current_session
+
+    if not sys.stdout.isatty():
+        raise UsageError(
+            "crew watch needs a terminal.",
+            hint="For a stream, use `crew events RUN --follow` (add --json for JSON lines).",
+        )
+    store = RunStore.open(home_from(home), run)
+    dashboard = Dashboard(
+        store, session=current_session(session), interactive=not no_input, watching=True
+    )
+    dashboard.run(done=lambda view: view.state.run.status.terminal, quit_key=True)

@@ -173,6 +173,7 @@ def _lead_on_terminal(
     run_timeout: float | None,
 ) -> int:
     """Lead in a background thread while the terminal shows the run and takes answers."""
+    import os
     import threading
 
     from crew.dashboard import Dashboard
@@ -187,15 +188,25 @@ def _lead_on_terminal(
         run_timeout=run_timeout,
     )
     codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(leader.lead()), name="leader")
+    finished_r, finished_w = os.pipe()
+
+    def lead_then_say_so() -> None:
+        try:
+            codes.append(leader.lead())
+        finally:
+            os.write(finished_w, b"!")
+
+    thread = threading.Thread(target=lead_then_say_so, name="leader")
     thread.start()
     dashboard = Dashboard(store, session=session, interactive=True)
     try:
         with stop_on_signals(leader.request_stop):
-            dashboard.run(done=lambda: not thread.is_alive())
+            dashboard.run(done=lambda _view: not thread.is_alive(), wake_fd=finished_r)
     except KeyboardInterrupt:
         leader.request_stop("SIGINT")
     thread.join()
+    os.close(finished_r)
+    os.close(finished_w)
     return codes[0] if codes else 1
 
 

@@ -297,9 +297,21 @@ class Leader:
         return self.store.transaction(epoch=self.epoch)
 
     def _refresh(self) -> None:
-        """Re-read the snapshots and whatever the mailbox files gained."""
+        """Re-read the snapshots, then whatever the mailbox files gained.
+
+        Writers append events, then mailbox lines, then snapshots; reading the snapshots first
+        means the mailbox we read next is at least as new as them. State that exists only in
+        the event log (a write in progress, or one a crash cut short) is never acted on: we
+        wait for that writer under the run lock (or complete its write) and read again.
+        """
         self._dirty = False
-        self.state = self.store.state()
+        recovery = self.store.load()
+        if recovery.unapplied:
+            # Wait for the writer holding the lock (or complete a crashed one's write).
+            with self._txn() as txn:
+                self.state = txn.state
+        else:
+            self.state = recovery.state
         for follower in self._followers:
             for message in follower.poll().records:
                 self._adopt(message)
@@ -536,9 +548,12 @@ class Leader:
         if isinstance(about, str):
             for box in (MessageKind.RESPOND.box, MessageKind.STEER.box):
                 message = message or txn.messages(box).get(about)
-        text = f"{task.id} decided {_short(action)}"
+        text = f"{task.id} attention: {_short(action, 20)}"
+        if isinstance(about, str):
+            text += f" {message.kind if message else 'item'} {_short(about, 40)}"
+        if decision.get("reason"):
+            text += f" ({_short(str(decision['reason']), 80)})"
         if message is not None and message.task_id == task.id:
-            text += f" about {message.kind} {message.id}"
             entry = {"at": txn.at, **{k: v for k, v in decision.items() if k != "item"}}
             data = dict(message.data or {})
             data["decisions"] = [*data.get("decisions", []), entry]

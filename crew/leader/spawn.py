@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from crew.config import AgentConfig
 from crew.models import Run, Task
-from crew.paths import RunPaths
+from crew.paths import HOME_ENV, RunPaths
 from crew.procs import ATTEMPT_ENV, RUN_ID_ENV, TASK_ID_ENV
 
-_PLACEHOLDER_RE = re.compile(r"\{(prompt|task|run|crewDir)\}")
+_PLACEHOLDER_RE = re.compile(r"\{(prompt|task|run|crewDir|python)\}")
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,19 @@ def launch_for(
     run: Run, task: Task, agent: AgentConfig, paths: RunPaths, *, attempt: int, home_parent: Path
 ) -> Launch:
     """The command line, folder and environment of a task's worker."""
-    values = {"prompt": task.prompt, "task": task.id, "run": run.run_id, "crewDir": run.crew_dir}
+    values = {
+        "prompt": task.prompt,
+        "task": task.id,
+        "run": run.run_id,
+        "crewDir": run.crew_dir,
+        "python": sys.executable,  # the interpreter that runs crew: it can import crew.worker
+    }
     argv = [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], arg) for arg in agent.command]
     crew_dir = Path(run.crew_dir)
     cwd = (crew_dir / agent.cwd) if agent.cwd is not None else home_parent
     env = {
         **os.environ,
+        HOME_ENV: str(paths.root.parents[2]),  # a worker's own `crew` commands find its run
         **agent.env,
         RUN_ID_ENV: run.run_id,
         TASK_ID_ENV: task.id,
