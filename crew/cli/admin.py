@@ -21,7 +21,8 @@ def init(
     directory: Annotated[
         Path | None,
         typer.Argument(
-            help="Create DIRECTORY/.crew (default: the current folder, or $CREW_HOME).",
+            help="Create DIR/.crew (default: the current folder, or $CREW_HOME).",
+            metavar="DIR",
             show_default=False,
         ),
     ] = None,
@@ -46,7 +47,9 @@ def init(
 def doctor(
     run: Annotated[
         str | None,
-        typer.Argument(help="Check only this run (default: every run).", show_default=False),
+        typer.Argument(
+            help="Check only this run (default: every run).", metavar="RUN", show_default=False
+        ),
     ] = None,
     repair: Annotated[
         bool, typer.Option("--repair", help="Fix what can be fixed; nothing is ever deleted.")
@@ -74,6 +77,7 @@ def schema(
         typer.Argument(
             help="manifest, tasks, task, event, message, contact, leader or config "
             "(default: all of them).",
+            metavar="NAME",
             show_default=False,
         ),
     ] = None,

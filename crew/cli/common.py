@@ -19,6 +19,7 @@ HomeOption = Annotated[
     typer.Option(
         "--home",
         help="The crew home (.crew folder) to use; default: $CREW_HOME, else the nearest .crew.",
+        metavar="PATH",
         show_default=False,
     ),
 ]
@@ -30,6 +31,7 @@ SessionOption = Annotated[
     typer.Option(
         "--session",
         help="Act as this session; default: $CREW_SESSION_ID, else <user>@<host>.",
+        metavar="SESSION",
         show_default=False,
     ),
 ]
@@ -37,7 +39,10 @@ ForceOption = Annotated[
     bool, typer.Option("--force", help="Act on a run owned by another session (recorded).")
 ]
 RunArgument = Annotated[
-    str, typer.Argument(help="Run id, a unique prefix of one, or 'latest'.", show_default=False)
+    str,
+    typer.Argument(
+        help="Run id, a unique prefix of one, or 'latest'.", metavar="RUN", show_default=False
+    ),
 ]
 
 

@@ -66,7 +66,9 @@ def status(
 
 def mailbox(
     run: RunArgument,
-    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Only this task.", metavar="TASK")
+    ] = None,
     box: Annotated[Box | None, typer.Option("--box", help="Only this mailbox file.")] = None,
     status: Annotated[
         MessageStatus | None, typer.Option("--status", help="Only messages in this status.")
@@ -97,9 +99,13 @@ def events(
     ] = False,
     type_: Annotated[
         str | None,
-        typer.Option("--type", help="Only this event type, or a family such as 'task'."),
+        typer.Option(
+            "--type", help="Only this event type, or a family such as 'task'.", metavar="TYPE"
+        ),
     ] = None,
-    task: Annotated[str | None, typer.Option("--task", help="Only events of this task.")] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Only events of this task.", metavar="TASK")
+    ] = None,
     json: JsonOption = False,
     home: HomeOption = None,
 ) -> None:

@@ -44,14 +44,20 @@ def run(
     crew_toml: Annotated[
         Path | None,
         typer.Argument(
-            help="The crew definition (default: crew.toml of the crew home).", show_default=False
+            help="The crew definition (default: crew.toml of the crew home).",
+            metavar="CREW_TOML",
+            show_default=False,
         ),
     ] = None,
     detach: DetachOption = False,
     max_parallel: Annotated[
         int | None,
         typer.Option(
-            "--max-parallel", min=1, help="Run at most N tasks at once.", show_default=False
+            "--max-parallel",
+            min=1,
+            help="Run at most N tasks at once.",
+            metavar="N",
+            show_default=False,
         ),
     ] = None,
     timeout: Annotated[
@@ -59,6 +65,7 @@ def run(
         typer.Option(
             "--timeout",
             help="Cancel what is left after this long (e.g. 30m); the run fails, exit 3.",
+            metavar="DURATION",
             show_default=False,
         ),
     ] = None,
@@ -254,12 +261,20 @@ def wait(
             "--for",
             help="waiting: until some task (or TASK) waits for an answer; "
             "done: until the run (or TASK) has ended.",
+            metavar="waiting|done",
         ),
     ] = "done",
-    task: Annotated[str | None, typer.Option("--task", help="Only this task.")] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Only this task.", metavar="TASK")
+    ] = None,
     timeout: Annotated[
         str | None,
-        typer.Option("--timeout", help="Give up after this long: exit 3.", show_default=False),
+        typer.Option(
+            "--timeout",
+            help="Give up after this long: exit 3.",
+            metavar="DURATION",
+            show_default=False,
+        ),
     ] = None,
     json: JsonOption = False,
     home: HomeOption = None,
@@ -295,7 +310,7 @@ def wait(
 
 def logs(
     run: RunArgument,
-    task: Annotated[str, typer.Argument(help="The task id.", show_default=False)],
+    task: Annotated[str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)],
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the task has ended.")
     ] = False,

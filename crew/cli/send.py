@@ -24,15 +24,21 @@ if TYPE_CHECKING:
     from crew.ops import Sent
     from crew.run import RunStore
 
-TaskArgument = Annotated[str, typer.Argument(help="The task id.", show_default=False)]
+TaskArgument = Annotated[
+    str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)
+]
 BodyArgument = Annotated[
-    str, typer.Argument(help="The message; '-' reads it from stdin.", show_default=False)
+    str,
+    typer.Argument(
+        help="The message; '-' reads it from stdin.", metavar="BODY", show_default=False
+    ),
 ]
 KeyOption = Annotated[
     str | None,
     typer.Option(
         "--idempotency-key",
         help="Send at most once per key in this run: a retry returns the first message.",
+        metavar="KEY",
         show_default=False,
     ),
 ]
@@ -47,6 +53,7 @@ TimeoutOption = Annotated[
     typer.Option(
         "--timeout",
         help="Give up waiting after this long (e.g. 30s, 5m): exit 3, the message stays queued.",
+        metavar="DURATION",
         show_default=False,
     ),
 ]
@@ -70,6 +77,7 @@ def respond(
         typer.Option(
             "--contact",
             help="Answer only if this is still the open question (its q_… id).",
+            metavar="CONTACT_ID",
             show_default=False,
         ),
     ] = None,
@@ -153,6 +161,7 @@ def nudge(
         typer.Argument(
             help="The request (default: ask for status, blocker, or smallest next step); "
             "'-' reads it from stdin.",
+            metavar="BODY",
             show_default=False,
         ),
     ] = None,
@@ -178,12 +187,18 @@ def cancel(
     run: RunArgument,
     task: Annotated[
         str | None,
-        typer.Argument(help="Cancel only this task (default: the whole run).", show_default=False),
+        typer.Argument(
+            help="Cancel only this task (default: the whole run).",
+            metavar="TASK",
+            show_default=False,
+        ),
     ] = None,
     grace: Annotated[
         str,
         typer.Option(
-            "--grace", help="How long a worker gets to exit after SIGTERM before SIGKILL."
+            "--grace",
+            help="How long a worker gets to exit after SIGTERM before SIGKILL.",
+            metavar="DURATION",
         ),
     ] = "5s",
     force: ForceOption = False,
