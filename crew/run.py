@@ -537,14 +537,22 @@ class Txn:
                 self.store._write_snapshots(self.state, tasks=True, run=False)
             return
         paths = self.store.paths
-        jsonl.append(paths.events, [e.to_line() for e in self._events])
-        by_box: dict[Box, list[bytes]] = {}
-        for mail in self._mail:
-            by_box.setdefault(mail.kind.box, []).append(mail.to_line())
-        for box, lines in by_box.items():
-            jsonl.append(paths.box(box), lines)
-        self.store._write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
-        self.store._write_applied(self._last_seq)
+        jsonl.append(paths.events, [e.to_line() for e in self._events])  # the commit point
+        try:
+            by_box: dict[Box, list[bytes]] = {}
+            for mail in self._mail:
+                by_box.setdefault(mail.kind.box, []).append(mail.to_line())
+            for box, lines in by_box.items():
+                jsonl.append(paths.box(box), lines)
+            self.store._write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
+            self.store._write_applied(self._last_seq)
+        except StoreError as error:
+            raise StoreError(
+                f"The change was recorded in events.jsonl, but {error.message[0].lower()}"
+                f"{error.message[1:].removesuffix(' Nothing was recorded.')} The next command "
+                "that changes the run completes it.",
+                hint="Free some disk space, then run `crew doctor --repair` or any command.",
+            ) from None
 
     def staged_mail(self) -> list[MailboxMessage]:
         """The mailbox lines this transaction wrote (or will write), in order."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crew import clock, ids, ops
+from crew import clock, faults, ids, ops
 from crew.adapters import Adapter, adapter_for
 from crew.errors import CrewError, StaleLeader, StoreError
 from crew.follow import Watcher, watch_folders
@@ -51,6 +51,15 @@ _READ = 65536
 _MAX_LINE = 1024 * 1024
 _MALFORMED_EVENTS = 10  # per attempt; after that they are only counted
 SUPERSEDED = "superseded: worker restarted"
+#: Keys of MailboxMessage.data the leader sets: the attempt a message was delivered to, and the
+#: message a carried-over copy was made from.
+DATA_ATTEMPT = "attempt"
+DATA_CARRIED = "carriedFrom"
+#: What a new attempt is given again of what the last one received.
+_CARRIED = {
+    MessageKind.STEER: EventType.AGENT_STEERED,
+    MessageKind.FOLLOW_UP: EventType.AGENT_FOLLOWED_UP,
+}
 
 
 class Outcome:
@@ -98,13 +107,40 @@ def requeue(txn: Txn, task: Task, why: str, **changes: Any) -> Task:
 
     Messages still pending for the old attempt: steers and follow-ups stay for the new one;
     answers and nudges are rejected (an answer belongs to a question the old attempt asked).
+    The steers and follow-ups the old attempt was given are sent again to the new one, which
+    starts over and must not lose them.
     """
-    for message in _pending_for(txn, task.id):
-        if message.kind in {MessageKind.RESPOND, MessageKind.NUDGE}:
+    retrying = task.attempt < task.max_attempts
+    for message in _messages_to(txn, task.id):
+        if message.status is MessageStatus.PENDING:
+            if message.kind in {MessageKind.RESPOND, MessageKind.NUDGE}:
+                txn.post(
+                    message.rejected(SUPERSEDED, txn.at),
+                    EventType.MAILBOX_REJECTED,
+                    message=f"rejected {message.kind} {message.id} to {task.id}: {SUPERSEDED}",
+                )
+        elif (
+            retrying
+            and message.kind in _CARRIED
+            and (message.data or {}).get(DATA_ATTEMPT) == task.attempt
+        ):
+            copy = message.model_copy(
+                update={
+                    "id": ids.new_message_id(),
+                    "status": MessageStatus.PENDING,
+                    "sent_at": txn.at,
+                    "delivered_at": None,
+                    "acknowledged_at": None,
+                    "data": {
+                        **{k: v for k, v in (message.data or {}).items() if k != DATA_ATTEMPT},
+                        DATA_CARRIED: message.id,
+                    },
+                }
+            )
             txn.post(
-                message.rejected(SUPERSEDED, txn.at),
-                EventType.MAILBOX_REJECTED,
-                message=f"rejected {message.kind} {message.id} to {task.id}: {SUPERSEDED}",
+                copy,
+                _CARRIED[message.kind],
+                message=f"{message.kind} {message.id} sent again to {task.id}'s next attempt",
             )
     if task.max_attempts > 1:
         why = f"{why} (attempt {task.attempt} of {task.max_attempts})"
@@ -131,14 +167,12 @@ def requeue(txn: Txn, task: Task, why: str, **changes: Any) -> Task:
     )
 
 
-def _pending_for(txn: Txn, task_id: str) -> list[MailboxMessage]:
-    from crew.registry import Box
-
+def _messages_to(txn: Txn, task_id: str) -> list[MailboxMessage]:
     return [
         m
-        for box in (Box.INBOX, Box.STEERING)
-        for m in txn.messages(box).values()
-        if m.task_id == task_id and m.status is MessageStatus.PENDING
+        for box in (MessageKind.RESPOND.box, MessageKind.STEER.box)
+        for m in list(txn.messages(box).values())
+        if m.task_id == task_id
     ]
 
 
@@ -840,6 +874,7 @@ class Leader:
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(stdin)
         if worker.in_flight:
+            faults.crash_at("deliver")
             delivered, worker.in_flight = worker.in_flight, []
             self._mark_delivered(worker, delivered)
 
@@ -849,9 +884,14 @@ class Leader:
                 current = txn.messages(message.kind.box).get(message.id, message)
                 if current.status is not MessageStatus.PENDING:
                     continue
+                data = {**(current.data or {}), DATA_ATTEMPT: worker.attempt}
                 txn.post(
                     current.model_copy(
-                        update={"status": MessageStatus.DELIVERED, "delivered_at": txn.at}
+                        update={
+                            "status": MessageStatus.DELIVERED,
+                            "delivered_at": txn.at,
+                            "data": data,
+                        }
                     ),
                     EventType.MAILBOX_DELIVERED,
                     message=f"delivered {message.kind} {message.id} to {worker.task_id}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from crew import faults
 from crew.config import DEFAULT_LINE_LIMIT
 from crew.errors import StoreError
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled
@@ -267,7 +269,12 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = DEFAULT_LINE_LIMI
         created = True
     try:
         start = _cut_torn_tail(fd, path)
+        if faults.armed(f"tear:{path.name}"):  # a crash in the middle of the write
+            os.write(fd, data[: max(1, len(data) // 2)])
+            os.kill(os.getpid(), signal.SIGKILL)
         try:
+            if faults.armed(f"enospc:{path.name}"):
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
             written = os.write(fd, data)
         except OSError as exc:
             _roll_back(fd, start)
@@ -284,6 +291,7 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = DEFAULT_LINE_LIMI
         os.close(fd)
     if created and fsync_enabled():
         fsync_dir(path.parent)
+    faults.crash_at(f"append:{path.name}")
     return start
 
 

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from crew import clock
+from crew import clock, faults
 from crew.errors import Corrupt, StoreError
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, write_all
 
@@ -35,6 +35,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         os.replace(temp, path)
         if durable:
             fsync_dir(path.parent)
+        faults.crash_at(f"replace:{path.name}")
     except OSError as exc:
         raise StoreError(
             f"Could not write {path}: {exc.strerror}. It was left as it was."

@@ -7,6 +7,7 @@ The script is the task's prompt: steps separated by " ; ", each `verb` or `verb:
     ack               acknowledge the last frame read
     sleep:SECONDS     sleep                          exit:CODE   exit with CODE
     drain             read stdin until EOF, printing `got …` for each line, then exit 0
+    await:TYPE        read (and ack) frames until one of TYPE has arrived (or already had)
     hang              ignore SIGTERM and sleep for a minute
 The worker prints `attempt N` first.
 """
@@ -21,6 +22,7 @@ import time
 def main() -> None:
     print(f"attempt {os.environ.get('CREW_ATTEMPT')}", flush=True)
     last = None
+    seen: set[str] = set()
     for step in sys.argv[1].split(" ; "):
         verb, _, arg = step.partition(":")
         if verb == "say":
@@ -43,6 +45,12 @@ def main() -> None:
                 show(line)
             print("got EOF", flush=True)
             sys.exit(0)
+        elif verb == "await":
+            while arg not in seen:
+                frame = show(sys.stdin.readline())
+                if frame is not None:
+                    print(f"@supervisor ack: {frame['id']}", flush=True)
+                    seen.add(frame["type"])
         elif verb == "hang":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             time.sleep(60)

@@ -1,0 +1,51 @@
+"""Fault injection for the crash tests: die at a chosen write, as a power cut or `kill -9` would.
+
+`CREW_FAULT=<point>[@<n>][,…]` makes the process SIGKILL itself the n-th time (default: the
+first) it passes `<point>`. Points are named after what was just done:
+
+    append:<file>     after a JSONL append reached the file (events.jsonl, inbox.jsonl, …)
+    tear:<file>       in the middle of an append: half the bytes written, then death
+    replace:<file>    after an atomic snapshot replace (tasks.json, manifest.json, applied, …)
+    deliver           after the leader wrote messages to a worker's stdin, before recording it
+    enospc:<file>     not a crash: the append fails as if the disk were full
+
+Unset (always, outside tests), it costs one dictionary lookup per write.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+FAULT_ENV = "CREW_FAULT"
+
+_armed: dict[str, int] | None = None
+_hits: dict[str, int] = {}
+
+
+def _load() -> dict[str, int]:
+    global _armed  # noqa: PLW0603  # parsed once per process
+    if _armed is None:
+        _armed = {}
+        for item in os.environ.get(FAULT_ENV, "").split(","):
+            point, at, count = item.strip().rpartition("@")
+            if not at:
+                point, count = count, "1"
+            if point and count.isdigit():
+                _armed[point] = int(count)
+    return _armed
+
+
+def armed(point: str) -> bool:
+    """Whether this pass through `point` is the one chosen to fail (counts the pass)."""
+    wanted = _load().get(point)
+    if wanted is None:
+        return False
+    _hits[point] = _hits.get(point, 0) + 1
+    return _hits[point] == wanted
+
+
+def crash_at(point: str) -> None:
+    """Die here, without cleanup, if `point` is armed for this pass."""
+    if armed(point):
+        os.kill(os.getpid(), signal.SIGKILL)

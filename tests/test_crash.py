@@ -1,0 +1,177 @@
+"""The crash matrix: a leader killed (SIGKILL) right after each kind of write, then resumed.
+
+Every accepted message must end delivered or rejected with a reason, the run must finish, and
+`crew doctor` must find the files clean or repairable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SESSION
+from leaders import write_crew
+
+from crew import ops
+from crew.doctor import doctor
+from crew.leader import start_run
+from crew.paths import Home
+from crew.registry import Box, MessageStatus, RunStatus, TaskStatus
+from crew.run import RunStore
+
+KILL_POINTS = [
+    "append:events.jsonl@1",  # the takeover's events, before its snapshot
+    "replace:manifest.json@1",  # the takeover's manifest, before the marker
+    "replace:applied@2",
+    "append:events.jsonl@3",
+    "deliver@1",  # a frame reached the worker, its delivery is not recorded
+    "append:inbox.jsonl@1",  # a delivery recorded in the mailbox, not yet in the snapshots
+    "append:outbox.jsonl@1",  # a question recorded, the task not yet waiting
+    "replace:tasks.json@3",
+    "deliver@3",
+    "append:inbox.jsonl@3",
+    "tear:events.jsonl@5",  # half an event line written
+    "tear:inbox.jsonl@2",  # half a mailbox line written
+    "append:events.jsonl@12",
+    "replace:leader.json@2",  # a heartbeat
+]
+
+
+def _crew(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    if fault:
+        env["CREW_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "crew", *args],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _scripted_run(tmp_path: Path, home: Home) -> RunStore:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "a", "prompt": "say:a starts ; ask:need_confirmation:proceed with a? ; await:respond ; await:followUp ; exit:0"},
+            {"id": "b", "prompt": "ask:need_selection:which colour? [red|blue] ; await:respond ; await:followUp ; exit:0", "dependsOn": ["a"]},
+        ],
+        agent={"maxAttempts": 5},
+        auto_respond=[
+            {"type": "need_confirmation", "answer": "yes"},
+            {"type": "need_selection", "answer": "red"},
+        ],
+    )  # fmt: skip
+    store = start_run(home, tmp_path / "crew.toml", session=SESSION)
+    ops.follow_up(store, "a", "extra work for a", session=SESSION)
+    ops.follow_up(store, "b", "extra work for b", session=SESSION)
+    return store
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_leader_killed_after_any_write_loses_nothing(
+    tmp_path: Path, home: Home, point: str
+) -> None:
+    store = _scripted_run(tmp_path, home)
+
+    killed = _crew("resume", store.run_id, "--no-input", fault=point)
+    assert killed.returncode == -9, f"{point} was never reached: {killed.stderr}"
+    resumed = _crew("resume", store.run_id, "--no-input")
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    state = store.state()
+    assert state.run.status is RunStatus.COMPLETED
+    assert all(t.status is TaskStatus.COMPLETED for t in state.task_list())
+    messages = store.messages(Box.INBOX) + store.messages(Box.STEERING)
+    for message in messages:
+        assert message.status is not MessageStatus.PENDING, message
+        if message.status is MessageStatus.REJECTED:
+            assert message.reason, message
+    follow_ups = {m.body: m.status for m in messages if m.kind == "followUp"}
+    assert set(follow_ups) == {"extra work for a", "extra work for b"}
+    assert all(s is not MessageStatus.REJECTED for s in follow_ups.values())  # they carry over
+    report = doctor(home, store.run_id)
+    if not report.clean:
+        assert all(f.repairable for f in report.findings), [f.problem for f in report.findings]
+        assert doctor(home, store.run_id, repair=True).clean
+        assert doctor(home, store.run_id).clean
+
+
+def test_a_cli_writer_killed_mid_append_leaves_readers_unaffected(
+    tmp_path: Path, home: Home
+) -> None:
+    store = _scripted_run(tmp_path, home)
+    events_before = store.events().records
+
+    torn = _crew("follow-up", store.run_id, "a", "x" * 50_000, fault="tear:events.jsonl")
+
+    assert torn.returncode == -9
+    read = store.events()
+    assert read.records == events_before and read.bad == [] and read.tail_bytes > 0
+    assert [m.body for m in store.messages(Box.INBOX)] == ["extra work for a", "extra work for b"]
+    assert store.load().clean  # the half-written line is not a record: nothing to roll forward
+
+    after = _crew("follow-up", store.run_id, "a", "the next one")
+    assert after.returncode == 0, after.stderr
+    assert [m.body for m in store.messages(Box.INBOX)][-1] == "the next one"
+    assert store.events().tail_bytes == 0
+    assert store.paths.events.with_name("events.jsonl.corrupt").stat().st_size > 25_000
+    assert doctor(home, store.run_id).clean
+
+
+def test_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written(
+    tmp_path: Path, home: Home
+) -> None:
+    store = _scripted_run(tmp_path, home)
+    before = {p.name: p.read_bytes() for p in store.paths.root.rglob("*.json*") if p.is_file()}
+
+    full = _crew("follow-up", store.run_id, "a", "more", fault="enospc:events.jsonl")
+
+    assert full.returncode == 1
+    assert full.stderr.startswith(
+        f"crew: error: Could not append to {store.paths.events}: the disk is full. Nothing was recorded."
+    )
+    after = {p.name: p.read_bytes() for p in store.paths.root.rglob("*.json*") if p.is_file()}
+    assert after == before
+
+
+def test_a_full_disk_after_the_commit_point_says_what_was_recorded(
+    tmp_path: Path, home: Home
+) -> None:
+    store = _scripted_run(tmp_path, home)
+
+    partial = _crew("follow-up", store.run_id, "a", "more", fault="enospc:inbox.jsonl")
+
+    assert partial.returncode == 1
+    assert "The change was recorded in events.jsonl, but could not append to" in partial.stderr
+    assert "The next command that changes the run completes it." in partial.stderr
+    assert [m.body for m in store.messages(Box.INBOX)] == ["extra work for a", "extra work for b"]
+    _crew("follow-up", store.run_id, "b", "later")  # the next writer completes it
+    assert [m.body for m in store.messages(Box.INBOX)] == [
+        "extra work for a", "extra work for b", "more", "later",
+    ]  # fmt: skip
+
+
+def test_sixteen_writers_hammering_one_run_never_time_out_or_lose_a_line(
+    tmp_path: Path, home: Home
+) -> None:
+    import multiprocessing
+
+    from test_concurrency import _writer
+
+    store = _scripted_run(tmp_path, home)
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    writers = [context.Process(target=_writer, args=(store.paths, w, 60, ready)) for w in range(16)]
+    for writer in writers:
+        writer.start()
+    ready.set()
+    for writer in writers:
+        writer.join(timeout=120)
+        assert writer.exitcode == 0  # a lock timeout would have raised: exit code 1
+
+    inbox = [m for m in store.messages(Box.INBOX) if m.body.startswith("writer")]
+    assert len(inbox) == 16 * 60 and len({m.body for m in inbox}) == 16 * 60
+    seqs = [e.seq for e in store.events().records]
+    assert seqs == list(range(1, len(seqs) + 1))
