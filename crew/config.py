@@ -22,7 +22,7 @@ from pydantic.alias_generators import to_camel
 from crew.clock import parse_duration
 from crew.errors import UsageError
 from crew.ids import TASK_ID_PATTERN
-from crew.registry import BLOCKING_CONTACTS, AgentInput, AgentProtocol, ContactType
+from crew.registry import BLOCKING_CONTACTS, AgentInput, AgentProtocol, Approvals, ContactType
 
 #: Seconds; written in crew.toml as "500ms", "30s", "2m", "1h" or a number of seconds.
 Duration = Annotated[
@@ -93,6 +93,13 @@ class AgentConfig(ConfigModel):
     """Runs of a failing task in all (1: no retry)."""
     wait_timeout: Duration | None = None
     """Flag a task that waits for an answer longer than this."""
+    keep_open: Duration | None = None
+    """Agents that work in turns (pi, claude-code, codex): after a turn ends with nothing left
+    to do, wait this long for follow-ups before closing the agent's stdin (default: close at
+    once, and the task completes)."""
+    approvals: Approvals = Approvals.ASK
+    """Agents that ask to run tools: `ask` turns each request into a need_confirmation question,
+    `allow` and `deny` answer every request that way without asking (recorded as events)."""
 
 
 class TaskConfig(ConfigModel):

@@ -195,6 +195,7 @@ class EventType(StrEnum):
     AGENT_STEERED = "agent.steered"
     AGENT_FOLLOWED_UP = "agent.followed_up"
     AGENT_NUDGED = "agent.nudged"
+    AGENT_ERROR = "agent.error"
     MAILBOX_DELIVERED = "mailbox.delivered"
     MAILBOX_ACKNOWLEDGED = "mailbox.acknowledged"
     MAILBOX_REJECTED = "mailbox.rejected"
@@ -232,3 +233,11 @@ class AgentProtocol(StrEnum):
     PI = "pi"
     CLAUDE_CODE = "claude-code"
     CODEX = "codex"
+
+
+class Approvals(StrEnum):
+    """What an agent adapter does with the agent's requests to run tools."""
+
+    ASK = "ask"  # each request becomes a need_confirmation question
+    ALLOW = "allow"
+    DENY = "deny"

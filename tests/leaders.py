@@ -37,15 +37,14 @@ def write_crew(
     crew: dict[str, Any] | None = None,
     auto_respond: list[dict[str, Any]] | None = None,
     limits: dict[str, Any] | None = None,
+    command: list[str] | None = None,
 ) -> Path:
-    """A crew.toml whose single agent `w` is the scripted worker; each task's prompt is its script."""
+    """A crew.toml whose single agent `w` runs `command` (default: the scripted worker, whose
+    script is each task's prompt)."""
+    command = command or [sys.executable, str(WORKER), "{prompt}"]
     lines = ["[crew]", 'name = "test"']
     lines += [f"{k} = {toml_value(v)}" for k, v in (crew or {}).items()]
-    lines += [
-        "",
-        "[agents.w]",
-        f"command = {toml_value([sys.executable, str(WORKER), '{prompt}'])}",
-    ]
+    lines += ["", "[agents.w]", f"command = {toml_value(command)}"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (agent or {}).items()]
     for task in tasks:
         lines += ["", "[[tasks]]", 'agent = "w"']

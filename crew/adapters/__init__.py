@@ -1,11 +1,14 @@
 """Adapters: how the leader speaks to each kind of agent, behind one interface.
 
-The leader's core never knows which adapter a worker uses. It asks the adapter what to write when
-the worker starts, how to write a message to it, and what each line the worker prints means.
+The leader's core never knows which adapter a worker uses. It tells the adapter when the worker
+starts, gives it each line the worker prints and each message to deliver, and asks it to
+interrupt the agent; every time, the adapter answers with a Reaction: bytes to write to the
+worker's stdin, and signals for the leader (a question, a report, the end of a turn, an error).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from crew.config import AgentConfig
@@ -15,22 +18,60 @@ from crew.protocol import Parsed
 from crew.registry import AgentInput, AgentProtocol
 
 
+@dataclass(frozen=True)
+class TurnEnd:
+    """The agent finished what it was asked and is idle (`error` when the turn failed).
+
+    With no open question and nothing pending for it, the leader closes the agent's stdin; the
+    task completes when the agent exits (or fails, if the turn failed).
+    """
+
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentError:
+    """The agent reported a protocol-level error. `fatal`: it cannot go on (the task fails)."""
+
+    message: str
+    fatal: bool = False
+
+
+Signal = Parsed | TurnEnd | AgentError
+
+
+@dataclass
+class Reaction:
+    """An adapter's answer: bytes for the worker's stdin, signals for the leader."""
+
+    write: bytes = b""
+    signals: list[Signal] = field(default_factory=list)
+
+    def __iadd__(self, other: Reaction) -> Reaction:
+        self.write += other.write
+        self.signals.extend(other.signals)
+        return self
+
+
 class Adapter(Protocol):
-    """One worker's side of a protocol (adapters may keep per-worker state)."""
+    """One worker's side of a protocol (adapters keep per-worker state)."""
 
     #: Send stderr through stdout's pipe: the log then holds both in exact arrival order, and
     #: lines on either stream are parsed. Protocols that frame stdout (JSON streams) keep them
     #: apart so a stderr write can never land inside a frame.
     merge_stderr: bool
 
-    def opening(self, task: Task) -> bytes:
-        """What to write to the worker's stdin as soon as it starts (may be empty)."""
+    def start(self, task: Task) -> Reaction:
+        """The worker has just started: a handshake, the first prompt, or nothing."""
 
-    def frame(self, message: MailboxMessage) -> bytes:
-        """The bytes that deliver `message` to the worker."""
+    def on_line(self, line: str) -> Reaction:
+        """One line of the worker's stdout."""
 
-    def parse(self, line: str) -> Parsed | None:
-        """What one line of the worker's stdout says to the supervisor (None: plain output)."""
+    def deliver(self, message: MailboxMessage) -> Reaction:
+        """Deliver a respond, steer, nudge or followUp message in the agent's own terms."""
+
+    def interrupt(self) -> Reaction:
+        """Stop what the agent is doing (before the task's worker is stopped)."""
 
 
 def adapter_for(agent: AgentConfig) -> Adapter:
@@ -43,9 +84,13 @@ def adapter_for(agent: AgentConfig) -> Adapter:
         return TextAdapter()
     if agent.protocol is AgentProtocol.CREW:
         return CrewAdapter()
-    raise UsageError(f"Agent protocol {agent.protocol!r} is not supported by this crew yet.")
+    if agent.protocol is AgentProtocol.PI:
+        from crew.adapters.pi import PiAdapter
+
+        return PiAdapter(agent)
+    raise UsageError(f"Agent protocol {agent.protocol.value!r} is not supported yet.")
 
 
 def check_supported(agent: AgentConfig) -> None:
-    """Refuse (before a run is created) an agent whose protocol has no adapter."""
+    """Refuse (before a run is created) an agent crew cannot speak to."""
     adapter_for(agent)

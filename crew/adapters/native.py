@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+from crew.adapters import Reaction
 from crew.models import MailboxMessage, Task
-from crew.protocol import Parsed, json_frame, parse_line, text_frame
+from crew.protocol import json_frame, parse_line, text_frame
 
 
 class CrewAdapter:
-    """The worker protocol as documented in docs/worker-protocol.md: JSON frames on stdin."""
+    """The worker protocol (docs/worker-protocol.md): JSON frames on stdin."""
 
     merge_stderr = True
 
-    def opening(self, task: Task) -> bytes:
-        return b""  # the prompt reaches the worker through {prompt} in its command
+    def start(self, task: Task) -> Reaction:
+        return Reaction()  # the prompt reaches the worker through {prompt} in its command
 
-    def frame(self, message: MailboxMessage) -> bytes:
-        return json_frame(message)
+    def on_line(self, line: str) -> Reaction:
+        parsed = parse_line(line)
+        return Reaction(signals=[parsed] if parsed is not None else [])
 
-    def parse(self, line: str) -> Parsed | None:
-        return parse_line(line)
+    def deliver(self, message: MailboxMessage) -> Reaction:
+        return Reaction(write=json_frame(message))
+
+    def interrupt(self) -> Reaction:
+        return Reaction()  # a crew worker is stopped by signals
 
 
 class TextAdapter(CrewAdapter):
     """For programs that read plain lines: each message is its body, on one sanitized line."""
 
-    def frame(self, message: MailboxMessage) -> bytes:
-        return text_frame(message)
+    def deliver(self, message: MailboxMessage) -> Reaction:
+        return Reaction(write=text_frame(message))

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from crew import clock, faults, ids, ops
-from crew.adapters import Adapter, adapter_for
+from crew.adapters import Adapter, AgentError, Reaction, Signal, TurnEnd, adapter_for
 from crew.errors import CrewError, StaleLeader, StoreError
 from crew.follow import Watcher, watch_folders
 from crew.leader import monitors, spawn
 from crew.lease import beat, release
 from crew.models import Event, LeaderInfo, MailboxMessage, SupervisorContact, Task
-from crew.protocol import Ack, Contact, Decision, Malformed, Parsed, Report
+from crew.protocol import Ack, Contact, Decision, Malformed, Report
 from crew.registry import (
     LIVE_TASK_STATUSES,
     Direction,
@@ -47,6 +47,8 @@ from crew.store.files import FILE_MODE
 
 HEARTBEAT = 1.0
 STOP_GRACE = 5.0
+#: How long an agent interrupted in its own protocol gets before SIGTERM.
+INTERRUPT_GRACE = 2.0
 _READ = 65536
 _MAX_LINE = 1024 * 1024
 _MALFORMED_EVENTS = 10  # per attempt; after that they are only counted
@@ -92,6 +94,14 @@ class Worker:
     kill_at: float | None = None
     malformed: int = 0
     stdin_closed: bool = False
+    #: The agent's last turn ended (adapters that speak in turns) and whether it failed.
+    turn_ended: bool = False
+    turn_error: str | None = None
+    fatal: bool = False
+    #: When an idle agent's stdin gets closed (agent `keepOpen`), once its turn has ended.
+    close_at: float | None = None
+    #: When an interrupted agent gets SIGTERM (it was given a moment to wind down first).
+    term_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -269,6 +279,7 @@ class Leader:
             if not self.state.run.status.terminal:
                 self._start_tasks()
             self._deliver()
+            self._close_idle_agents(now)
             next_check = self._monitor(now)
             self._flush_output_times(now)
             if self.state.run.status.terminal and not self.workers:
@@ -288,6 +299,8 @@ class Leader:
                     self.run_deadline,
                     self._next_flush if self._unflushed else None,
                     *(w.kill_at for w in self.workers.values()),
+                    *(w.term_at for w in self.workers.values()),
+                    *(w.close_at for w in self.workers.values()),
                 )
                 if t is not None
             )
@@ -465,10 +478,7 @@ class Leader:
         with contextlib.suppress(OSError, AttributeError):
             worker.pidfd = os.pidfd_open(process.pid)
             self._selector.register(worker.pidfd, selectors.EVENT_READ, ("exit", worker))
-        opening = adapter.opening(self.state.tasks[task.id])
-        if opening:
-            worker.to_write += opening
-            self._flush_stdin(worker)
+        self._react(worker, adapter.start(self.state.tasks[task.id]))
 
     # ------------------------------------------------------------------ output
 
@@ -497,11 +507,17 @@ class Leader:
         self._handle_lines(worker, lines)
 
     def _handle_lines(self, worker: Worker, lines: list[bytes]) -> None:
-        said: list[Parsed] = []
+        reaction = Reaction()
         for raw in lines:
-            parsed = worker.adapter.parse(raw.decode("utf-8", errors="replace"))
-            if parsed is not None:
-                said.append(parsed)
+            reaction += worker.adapter.on_line(raw.decode("utf-8", errors="replace"))
+        self._react(worker, reaction)
+
+    def _react(self, worker: Worker, reaction: Reaction) -> None:
+        """Do what an adapter asked: write to the worker, act on its signals."""
+        if reaction.write:
+            worker.to_write += reaction.write
+            self._flush_stdin(worker)
+        said = reaction.signals
         task = self.state.tasks.get(worker.task_id)
         answered_nudge = task is not None and task.nudges > 0
         if not said and not answered_nudge:
@@ -526,10 +542,33 @@ class Leader:
         for task_id, contact in auto:
             self._auto_respond(task_id, contact)
 
-    def _apply(self, txn: Txn, worker: Worker, item: Parsed) -> SupervisorContact | None:
+    def _apply(self, txn: Txn, worker: Worker, item: Signal) -> SupervisorContact | None:
         task = txn.task(worker.task_id)
         if isinstance(item, Contact):
+            worker.turn_ended = False
             return self._ask(txn, task, item)
+        if isinstance(item, TurnEnd):
+            worker.turn_ended = True
+            worker.turn_error = item.error
+            if item.error:
+                txn.record(
+                    EventType.AGENT_ERROR,
+                    task_id=task.id,
+                    message=f"{task.id}'s turn failed: {_short(item.error, 200)}",
+                    data={"error": item.error, "turnEnd": True},
+                )
+            return None
+        if isinstance(item, AgentError):
+            txn.record(
+                EventType.AGENT_ERROR,
+                task_id=task.id,
+                message=f"{task.id}: {_short(item.message, 200)}",
+                data={"error": item.message, "fatal": item.fatal},
+            )
+            if item.fatal:
+                worker.turn_error = item.message
+                worker.fatal = True
+            return None
         if isinstance(item, Report):
             txn.post(
                 _outbox(txn, task.id, MessageKind.REPORT, item.text, {"type": item.type.value}),
@@ -713,7 +752,7 @@ class Leader:
             changes: dict[str, Any] = {"exit_code": worker.exit_code, "ended_at": txn.at}
             if last_output is not None:
                 changes["last_output_at"] = last_output
-            if code == 0:
+            if code == 0 and worker.turn_error is None:
                 txn.transition(
                     task.id,
                     TaskStatus.COMPLETED,
@@ -723,7 +762,8 @@ class Leader:
                     **changes,
                 )
             else:
-                requeue(txn, task, _describe_exit(code), **changes)
+                why = worker.turn_error if code == 0 and worker.turn_error else _describe_exit(code)
+                requeue(txn, task, why, **changes)
         self._commit(txn)
 
     def _forget(self, worker: Worker) -> None:
@@ -755,11 +795,25 @@ class Leader:
             )
             if ended and worker.kill_at is None:
                 self._terminate(worker, now)
+            if worker.term_at is not None and now >= worker.term_at:
+                worker.term_at = None
+                _kill_group(worker.pid, signal.SIGTERM)
             if worker.kill_at is not None and now >= worker.kill_at:
                 _kill_group(worker.pid, signal.SIGKILL)
                 worker.kill_at = now + 3600  # only once; its exit descriptor tells us when
 
     def _terminate(self, worker: Worker, now: float, grace: float = STOP_GRACE) -> None:
+        """Stop a worker: an agent is first interrupted in its own protocol and given a moment
+        to wind down; then SIGTERM; then SIGKILL after `grace`."""
+        interrupt = worker.adapter.interrupt()
+        if interrupt.write and not worker.stdin_closed and not worker.exited:
+            worker.to_write += interrupt.write
+            with contextlib.suppress(OSError):
+                self._flush_stdin(worker)
+            self._close_stdin(worker)
+            worker.term_at = now + INTERRUPT_GRACE
+            worker.kill_at = worker.term_at + grace
+            return
         _kill_group(worker.pid, signal.SIGTERM)
         worker.kill_at = now + grace
 
@@ -847,10 +901,15 @@ class Leader:
             due = deliverable(self.pending.get(task.id, {}).values(), task, self._order)
             if not due:
                 continue
+            reaction = Reaction()
             for message in due:
-                worker.to_write += worker.adapter.frame(message)
+                reaction += worker.adapter.deliver(message)
+            worker.turn_ended = False  # the agent has more to do
+            worker.to_write += reaction.write
             worker.in_flight = due
             self._flush_stdin(worker)
+            if reaction.signals:
+                self._react(worker, Reaction(signals=reaction.signals))
 
     def _flush_stdin(self, worker: Worker) -> None:
         stdin = worker.process.stdin
@@ -897,6 +956,27 @@ class Leader:
                     message=f"delivered {message.kind} {message.id} to {worker.task_id}",
                 )
         self._commit(txn)
+
+    def _close_idle_agents(self, now: float) -> None:
+        """An agent whose turn ended, with no question open and nothing left to give it, is
+        done: close its stdin so it exits (after `keepOpen`, if the agent has one)."""
+        for worker in self.workers.values():
+            if worker.stdin_closed or not (worker.turn_ended or worker.fatal):
+                continue
+            task = self.state.tasks.get(worker.task_id)
+            if task is None or (task.status is not TaskStatus.RUNNING and not worker.fatal):
+                worker.close_at = None  # a question is open: the agent waits for its answer
+                continue
+            busy = worker.to_write or worker.in_flight or self.pending.get(worker.task_id)
+            if busy and not worker.fatal:
+                worker.close_at = None
+                continue
+            if worker.close_at is None:
+                linger = self.state.run.config.agents[task.agent].keep_open or 0.0
+                worker.close_at = now + (0.0 if worker.fatal else linger)
+            if now >= worker.close_at:
+                worker.close_at = None
+                self._close_stdin(worker)
 
     def _close_stdin(self, worker: Worker) -> None:
         stdin = worker.process.stdin

@@ -1,0 +1,153 @@
+"""pi in RPC mode (`pi --mode rpc --no-session`): JSON lines in both directions.
+
+- The task prompt is the first `prompt` command; a steer, follow-up or nudge is a `prompt` with
+  `streamingBehavior` `steer` or `followUp` while a run is in progress, a plain `prompt` (a new
+  run) when pi is idle. Plain `steer`/`follow_up` commands are never used: while idle they would
+  sit in pi's queue and leak into the next run.
+- Questions come from extensions as `extension_ui_request` (`select` → need_selection with its
+  options, `confirm` → need_confirmation, `input`/`editor` → need_input) and are answered with
+  `extension_ui_response`. pi has no permission prompts of its own. A second question that
+  arrives while one is open waits until the first is answered.
+- `agent_settled` ends a turn; an assistant message with `stopReason: "error"` makes it a failed
+  turn. A refused `prompt` (no model, no API key) is fatal: no run will ever start.
+- Cancel: `clear_queue`, then `abort`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from crew.adapters import AgentError, Reaction, TurnEnd
+from crew.config import AgentConfig
+from crew.models import MailboxMessage, Task
+from crew.protocol import Contact, Report
+from crew.registry import ContactType, MessageKind
+
+_DIALOGS = {
+    "select": ContactType.NEED_SELECTION,
+    "confirm": ContactType.NEED_CONFIRMATION,
+    "input": ContactType.NEED_INPUT,
+    "editor": ContactType.NEED_INPUT,
+}
+#: Answers that confirm a `confirm` dialog; anything else declines it.
+YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
+
+
+@dataclass
+class _Dialog:
+    id: str
+    method: str
+    contact: Contact
+
+
+@dataclass
+class PiAdapter:
+    agent: AgentConfig
+    merge_stderr: bool = False
+    busy: bool = False
+    _count: int = 0
+    _dialogs: list[_Dialog] = field(default_factory=list)
+    _error: str | None = None
+
+    # ------------------------------------------------------------------ to pi
+
+    def start(self, task: Task) -> Reaction:
+        return Reaction(write=self._prompt(task.prompt))
+
+    def deliver(self, message: MailboxMessage) -> Reaction:
+        if message.kind is MessageKind.RESPOND and self._dialogs:
+            return self._answer(message.body)
+        if message.kind is MessageKind.STEER:
+            return Reaction(write=self._prompt(message.body, "steer"))
+        return Reaction(write=self._prompt(message.body, "followUp"))  # followUp, nudge, prose
+
+    def interrupt(self) -> Reaction:
+        return Reaction(write=self._command("clear_queue") + self._command("abort"))
+
+    def _prompt(self, text: str, behaviour: str | None = None) -> bytes:
+        fields: dict[str, Any] = {"message": text}
+        if behaviour is not None and self.busy:
+            fields["streamingBehavior"] = behaviour  # while idle pi starts a new run instead
+        self.busy = True
+        return self._command("prompt", **fields)
+
+    def _command(self, kind: str, **fields: Any) -> bytes:
+        self._count += 1
+        return _line({"id": f"crew-{self._count}", "type": kind, **fields})
+
+    def _answer(self, body: str) -> Reaction:
+        dialog = self._dialogs.pop(0)
+        if dialog.method == "confirm":
+            reply: dict[str, Any] = {"confirmed": body.strip().lower() in YES}
+        else:
+            reply = {"value": body}
+        answer = {"type": "extension_ui_response", "id": dialog.id, **reply}
+        reaction = Reaction(write=_line(answer))
+        if self._dialogs:  # the next question waited for this one
+            reaction.signals.append(self._dialogs[0].contact)
+        return reaction
+
+    # ------------------------------------------------------------------ from pi
+
+    def on_line(self, line: str) -> Reaction:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return Reaction()
+        if not isinstance(event, dict):
+            return Reaction()
+        kind = event.get("type")
+        if kind == "response":
+            return self._response(event)
+        if kind == "agent_start":
+            self.busy = True
+        elif kind == "message_end":
+            message = event.get("message") or {}
+            if message.get("role") == "assistant" and message.get("stopReason") == "error":
+                self._error = str(message.get("errorMessage") or "the model call failed")
+        elif kind == "auto_retry_end" and event.get("success") is False:
+            self._error = str(event.get("finalError") or "retries failed")
+        elif kind == "agent_settled":
+            self.busy = False
+            error, self._error = self._error, None
+            if event.get("aborted"):
+                error = error or "aborted"
+            return Reaction(signals=[TurnEnd(error)])
+        elif kind == "extension_ui_request":
+            return self._dialog(event)
+        elif kind == "extension_error":
+            return Reaction(signals=[AgentError(f"pi extension error: {event.get('error')}")])
+        return Reaction()
+
+    def _response(self, event: dict[str, Any]) -> Reaction:
+        if event.get("success") is not False:
+            return Reaction()
+        error = str(event.get("error") or "unknown error")
+        command = event.get("command")
+        if command == "prompt":
+            self.busy = False
+            return Reaction(signals=[AgentError(f"pi refused the prompt: {error}", fatal=True)])
+        return Reaction(signals=[AgentError(f"pi: {command}: {error}")])
+
+    def _dialog(self, event: dict[str, Any]) -> Reaction:
+        method = str(event.get("method"))
+        if method == "notify":
+            return Reaction(signals=[Report(ContactType.NOTE, str(event.get("message", "")))])
+        kind = _DIALOGS.get(method)
+        if kind is None:  # setStatus, setWidget, setTitle, set_editor_text: nothing to answer
+            return Reaction()
+        title = str(event.get("title") or "pi asks")
+        prompt = f"{title}: {event['message']}" if event.get("message") else title
+        options = [str(o) for o in event.get("options") or []] if method == "select" else []
+        contact = Contact(kind if options or method != "select" else ContactType.NEED_INPUT,
+                          prompt, options)  # fmt: skip
+        self._dialogs.append(_Dialog(str(event.get("id")), method, contact))
+        if len(self._dialogs) > 1:
+            return Reaction()  # asked once the open question is answered
+        return Reaction(signals=[contact])
+
+
+def _line(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
