@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crew.config import AgentConfig
-from crew.errors import UsageError
 from crew.models import MailboxMessage, Task
 from crew.protocol import Parsed
 from crew.registry import AgentInput, AgentProtocol
@@ -88,7 +87,13 @@ def adapter_for(agent: AgentConfig) -> Adapter:
         from crew.adapters.pi import PiAdapter
 
         return PiAdapter(agent)
-    raise UsageError(f"Agent protocol {agent.protocol.value!r} is not supported yet.")
+    if agent.protocol is AgentProtocol.CLAUDE_CODE:
+        from crew.adapters.claude_code import ClaudeCodeAdapter
+
+        return ClaudeCodeAdapter(agent)
+    from crew.adapters.codex import CodexAdapter
+
+    return CodexAdapter(agent)
 
 
 def check_supported(agent: AgentConfig) -> None:
