@@ -9,10 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench import history
+from bench import cli, delivery, history, leader_load, store
 from bench.common import Row
 
-BENCHMARKS = {"history": history.run}
+BENCHMARKS = {
+    "history": history.run,
+    "store": store.run,
+    "delivery": delivery.run,
+    "leader_load": leader_load.run,
+    "cli": cli.run,
+}
 RESULTS = Path(__file__).with_name("results.json")
 
 

@@ -6,6 +6,10 @@ what any typer CLI costs to start. The run is led by a detached leader; its one 
 question at start and again after every frame it reads, so before each timed `crew respond` the
 task is waiting again (that wait is not timed).
 
+`crew status` runs a second time with a warm bytecode cache of its own (PYTHONPYCACHEPREFIX in the
+temp folder): where PYTHONDONTWRITEBYTECODE is set and crew is installed editable, as in a dev
+checkout, crew's modules are compiled from source at every start, while typer's come compiled.
+
 `python -X importtime` of `crew status` and of the floor app gives the import costs.
 """
 
@@ -17,6 +21,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.common import Row, measure_side_by_side
 from bench.crews import (
@@ -61,6 +66,7 @@ while sys.stdin.buffer.readline():
     print("@supervisor need_input: again?", flush=True)
 """
 TOP_IMPORTS = 10
+CACHED = "crew status RUN --json, bytecode cached"
 
 
 def _runner(argv: list[str], env: dict[str, str], cwd: Path) -> Callable[[], None]:
@@ -94,12 +100,20 @@ def _import_times(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, 
     return times
 
 
+def _top(samples: dict[str, list[int]], name: str, unit: str) -> list[dict[str, Any]]:
+    """The TOP_IMPORTS largest by median (µs samples), in ms."""
+    medians = {key: statistics.median(values) / 1000 for key, values in samples.items()}
+    ranked = sorted(medians, key=medians.__getitem__, reverse=True)[:TOP_IMPORTS]
+    return [{name: key, unit: round(medians[key], 1)} for key in ranked]
+
+
 def _import_profile(
     argv: list[str], floor: list[str], env: dict[str, str], cwd: Path, *, runs: int
 ) -> Row:
     """Median import costs over `runs` runs of each, alternated."""
     cumulative: dict[str, list[int]] = defaultdict(list)
     package_self: dict[str, list[int]] = defaultdict(list)
+    crew_self: dict[str, list[int]] = defaultdict(list)
     totals: dict[str, list[int]] = {"crew": [], "floor": []}
     for _ in range(runs):
         for name, command in (("crew", argv), ("floor", floor)):
@@ -111,18 +125,10 @@ def _import_profile(
             for module, (own, total) in times.items():
                 cumulative[module].append(total)
                 per_package[module.split(".")[0]] += own
+                if module.split(".")[0] == "crew":
+                    crew_self[module].append(own)
             for package, own in per_package.items():
                 package_self[package].append(own)
-    top = sorted(cumulative, key=lambda m: statistics.median(cumulative[m]), reverse=True)
-    top_modules = [
-        {"module": m, "ms": round(statistics.median(cumulative[m]) / 1000, 1)}
-        for m in top[:TOP_IMPORTS]
-    ]
-    packages = sorted(package_self, key=lambda p: statistics.median(package_self[p]), reverse=True)
-    top_packages = [
-        {"package": p, "selfMs": round(statistics.median(package_self[p]) / 1000, 1)}
-        for p in packages[:TOP_IMPORTS]
-    ]
     crew_ms = statistics.median(totals["crew"]) / 1000
     floor_ms = statistics.median(totals["floor"]) / 1000
     return Row(
@@ -135,8 +141,9 @@ def _import_profile(
             "runs": runs,
             "importMs": crew_ms,
             "floorImportMs": floor_ms,
-            "topCumulative": top_modules,
-            "topPackagesBySelfTime": top_packages,
+            "topCumulative": _top(cumulative, "module", "ms"),
+            "topPackagesBySelfTime": _top(package_self, "package", "selfMs"),
+            "topCrewModulesBySelfTime": _top(crew_self, "module", "selfMs"),
         },
     )
 
@@ -162,8 +169,12 @@ def run(quick: bool = False) -> list[Row]:
                 "crew steer RUN TASK x": crew_argv("steer", run_id, "t1", "x"),
                 "crew respond RUN TASK x": crew_argv("respond", run_id, "t1", "x"),
             }
+            calls = {key: _runner(argv, env, folder) for key, argv in commands.items()}
+            cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            cached["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+            calls[CACHED] = _runner(commands["crew status RUN --json"], cached, folder)
             timings = measure_side_by_side(
-                {key: _runner(argv, env, folder) for key, argv in commands.items()},
+                calls,
                 runs=runs,
                 warmup=warmup,
                 setup={

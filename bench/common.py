@@ -34,7 +34,7 @@ def ms(seconds: float) -> str:
 
 
 def spread(samples: list[float], show: Callable[[float], str]) -> str:
-    """`median (min–max)` of samples, each shown by `show`."""
+    """The median of samples, then their range in brackets, each shown by `show`."""
     return f"{show(statistics.median(samples))} ({show(min(samples))}–{show(max(samples))})"
 
 

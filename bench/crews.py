@@ -115,14 +115,14 @@ def write_crew(
     return path
 
 
-def only_run(home: Home, *, timeout: float = 30.0) -> RunStore:
-    """The single run of a home, once it has been created."""
+def new_run(home: Home, known: frozenset[str] = frozenset(), *, timeout: float = 30.0) -> RunStore:
+    """The newest run of a home that is not one of `known`, once it has been created."""
     deadline = time.monotonic() + timeout
-    while not (ids := home.run_ids()):
+    while not (ids := [i for i in home.run_ids() if i not in known]):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no run appeared in {home.runs_dir}")
+            raise TimeoutError(f"no new run appeared in {home.runs_dir}")
         time.sleep(0.02)
-    return RunStore(home.run(ids[0]))
+    return RunStore(home.run(ids[-1]))
 
 
 def wait_all(store: RunStore, status: TaskStatus, *, timeout: float = 120.0) -> None:
@@ -207,7 +207,8 @@ def detached_run(home: Home, crew_toml: Path) -> Iterator[Detached]:
 def foreground_run(home: Home, crew_toml: Path) -> Iterator[tuple[RunStore, int]]:
     """`crew run --no-input` as a child process; yields its run and the leader's pid."""
     log = crew_toml.parent / "leader.out"
-    with log.open("wb") as out:
+    known = frozenset(home.run_ids())
+    with log.open("ab") as out:
         child = subprocess.Popen(
             crew_argv("run", str(crew_toml), "--no-input"),
             env=crew_env(home),
@@ -218,7 +219,7 @@ def foreground_run(home: Home, crew_toml: Path) -> Iterator[tuple[RunStore, int]
         )
     store: RunStore | None = None
     try:
-        store = only_run(home)
+        store = new_run(home, known)
         yield store, child.pid
     finally:
         stop_run(store, child.pid, child=child)

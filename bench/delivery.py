@@ -12,6 +12,11 @@ file every 500 ms and writes new lines into a pipe to the same worker program. E
 messages is written at a random moment of the polling period (otherwise the benchmark, which
 sends right after the last read, would lock onto the poller's phase). One message at a time: the
 next one is sent once the last has been read.
+
+Then a second run, whose steering.jsonl first gets many delivered steers (written in bulk under
+the run lock), shows what a long mailbox costs a send and the leader: each message waits until
+the leader has marked the previous one delivered, and the leader's CPU time per message is read
+from /proc.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bench.crews import (
     PYTHON,
     SESSION,
     Fifo,
+    cpu_seconds,
     detached_run,
     environment,
     kill,
@@ -40,7 +46,8 @@ from bench.crews import (
 from crew import ops
 from crew.ids import new_message_id
 from crew.models import MailboxMessage
-from crew.registry import MessageStatus, TaskStatus
+from crew.registry import Box, MessageStatus, TaskStatus
+from crew.run import RunStore
 from crew.store import jsonl
 from crew.waiting import wait_for_message
 
@@ -65,6 +72,14 @@ def _read_at(fifo: Fifo, expected: str) -> int:
     return int(read_ns)
 
 
+def _steer(store: RunStore, fifo: Fifo, index: int) -> tuple[MailboxMessage, int, int, int]:
+    """Steer the worker of t1: the message, and when the call started, returned and was read."""
+    started = time.time_ns()
+    sent = ops.steer(store, "t1", f"message {index}", session=SESSION)
+    returned = time.time_ns()
+    return sent.message, started, returned, _read_at(fifo, sent.message.id)
+
+
 class Latencies:
     """Seconds from a send's start, and from its return, to the worker's read."""
 
@@ -79,8 +94,42 @@ class Latencies:
         self.call.append((returned - started) / 1e9)
 
 
+def _with_history(
+    folder: Path, reader: Path, *, count: int, history: int
+) -> tuple[Latencies, float]:
+    """Latencies of `count` steers to a worker whose steering.jsonl already holds `history`
+    delivered steers, and the leader's CPU seconds per message."""
+    home = new_home(folder)
+    fifo = Fifo(folder / "crew.fifo")
+    crew_toml = write_crew(folder, [PYTHON, str(reader), str(fifo.path)], tasks=1)
+    latencies = Latencies()
+    try:
+        with detached_run(home, crew_toml) as live:
+            wait_all(live.store, TaskStatus.RUNNING)
+            fifo.readline()
+            sent, *_ = _steer(live.store, fifo, 0)
+            delivered = wait_for_message(live.store, sent, timeout=10)
+            lines = [
+                delivered.model_copy(update={"id": new_message_id()}).to_line()
+                for _ in range(history)
+            ]
+            with live.store.lock():
+                jsonl.append(live.store.paths.box(Box.STEERING), lines)
+            _steer(live.store, fifo, 1)  # the leader has read the long file by now
+            cpu = cpu_seconds(live.pid)
+            for index in range(count):
+                sent, started, returned, read = _steer(live.store, fifo, index + 2)
+                latencies.add(started, returned, read)
+                wait_for_message(live.store, sent, timeout=30)
+            per_message = (cpu_seconds(live.pid) - cpu) / count
+    finally:
+        fifo.close()
+    return latencies, per_message
+
+
 def run(quick: bool = False) -> list[Row]:
     count, warmup = (30, 3) if quick else (120, 5)
+    long_count, history = (10, 2_000) if quick else (30, 10_000)
     crew, poll = Latencies(), Latencies()
     with (
         environment(CREW_FSYNC="0"),
@@ -108,13 +157,10 @@ def run(quick: bool = False) -> list[Row]:
                 poll_fifo.readline()
                 template: MailboxMessage | None = None
                 for index in range(warmup + count):
-                    started = time.time_ns()
-                    sent = ops.steer(live.store, "t1", f"message {index}", session=SESSION)
-                    returned = time.time_ns()
-                    read = _read_at(crew_fifo, sent.message.id)
+                    sent, started, returned, read = _steer(live.store, crew_fifo, index)
                     if index >= warmup:
                         crew.add(started, returned, read)
-                    template = template or sent.message
+                    template = template or sent
                     line = template.model_copy(
                         update={"id": new_message_id(), "body": f"message {index}"}
                     )
@@ -125,7 +171,7 @@ def run(quick: bool = False) -> list[Row]:
                     read = _read_at(poll_fifo, line.id)
                     if index >= warmup:
                         poll.add(started, returned, read)
-                wait_for_message(live.store, sent.message, timeout=10)
+                wait_for_message(live.store, sent, timeout=10)
                 if any(m.status is MessageStatus.PENDING for m in live.store.messages()):
                     raise RuntimeError("a steer the worker read is still pending in the mailbox")
         finally:
@@ -133,6 +179,10 @@ def run(quick: bool = False) -> list[Row]:
             kill(polling)
             crew_fifo.close()
             poll_fifo.close()
+        (folder / "history").mkdir()
+        long, leader_cpu = _with_history(
+            folder / "history", reader, count=long_count, history=history
+        )
     crew_p50 = statistics.median(crew.after_return)
     poll_p50 = statistics.median(poll.after_return)
     crew_p99, poll_p99 = percentile(crew.after_return, 99), percentile(poll.after_return, 99)
@@ -166,7 +216,7 @@ def run(quick: bool = False) -> list[Row]:
             f"crew: steer called → worker read, p50 of {count}",
             spread(crew.from_start, ms),
             f"{start_p50 / poll_start_p50:.3f}× poller",
-            f"p99 {ms(percentile(crew.from_start, 99))}; steer call {ms(statistics.median(crew.call))}",
+            f"p99 {ms(percentile(crew.from_start, 99))}; call {ms(statistics.median(crew.call))}",
             {"p50": start_p50, "p99": percentile(crew.from_start, 99), "samples": crew.from_start},
         ),
         Row(
@@ -176,5 +226,20 @@ def run(quick: bool = False) -> list[Row]:
             "1.00× (baseline)",
             f"p99 {ms(poll_p99)}",
             {"messages": count, "p50": poll_p50, "p99": poll_p99, "samples": poll.after_return},
+        ),
+        Row(
+            "delivery latency",
+            f"crew: steer called → worker read, {history:,} earlier steers, p50 of {long_count}",
+            spread(long.from_start, ms),
+            f"{statistics.median(long.from_start) / start_p50:.2f}× empty mailbox",
+            f"call {ms(statistics.median(long.call))}; leader CPU {ms(leader_cpu)}/message",
+            {
+                "history": history,
+                "messages": long_count,
+                "p50": statistics.median(long.from_start),
+                "afterReturnP50": statistics.median(long.after_return),
+                "steerCallMedian": statistics.median(long.call),
+                "leaderCpuPerMessage": leader_cpu,
+            },
         ),
     ]

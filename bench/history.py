@@ -1,36 +1,86 @@
-"""Cost of reading a run as its history grows: `crew status` and a follower's poll.
+"""Cost of reading a run as its history grows: `crew status`, `crew mailbox`, a follower's poll.
 
 `crew status` reads the snapshots, not the log, so its cost should not grow with the number of
-events; a follower reads only the bytes appended since its last poll.
+events; `crew mailbox` reads the mailbox files, which hold every message (so the history here is
+events that are not messages, beside a small fixed mailbox); a follower reads only the bytes
+appended since its last poll. Both commands are timed in process and as `crew … --json`
+subprocesses.
+
+A run's mailbox grows too: every message ever sent stays in its file. Sending one more
+(`crew follow-up`) and `crew status` are timed against mailboxes of delivered messages.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import Row, measure, measure_side_by_side
+from bench.common import Row, Timing, measure, measure_side_by_side
+from bench.crews import crew_argv, crew_env
+from crew import ops
 from crew.config import parse_config
-from crew.models import Event
+from crew.ids import new_message_id
+from crew.models import Event, MailboxMessage
 from crew.paths import Home
-from crew.registry import EventType
+from crew.registry import Box, Direction, EventType, MessageKind, MessageStatus
 from crew.run import RunStore, create_run
 from crew.store import jsonl
-from crew.views import run_status
+from crew.views import mailbox_view, run_status
 
 CONFIG = {
     "crew": {"name": "bench"},
     "agents": {"a": {"command": ["true"]}},
     "tasks": [{"id": f"t{i}", "agent": "a", "prompt": f"task {i}"} for i in range(8)],
 }
+#: Follow-ups posted before the bulk of the history: the whole mailbox of every run here.
+MESSAGES = 4
+HISTORY = f"events, {MESSAGES} of them messages"
+
+
+def _follow_up(index: int, at: str) -> MailboxMessage:
+    task_id = f"t{index % len(CONFIG['tasks'])}"
+    return MailboxMessage(
+        id=new_message_id(),
+        direction=Direction.INBOX,
+        kind=MessageKind.FOLLOW_UP,
+        from_="leader",
+        to=task_id,
+        task_id=task_id,
+        body=f"follow-up {index}",
+        status=MessageStatus.PENDING,
+        priority=MessageKind.FOLLOW_UP.default_priority,
+        sent_at=at,
+    )
+
+
+def _post_mailbox(store: RunStore) -> None:
+    with store.transaction() as txn:
+        for index in range(MESSAGES):
+            txn.post(_follow_up(index, txn.at), EventType.AGENT_FOLLOWED_UP)
+
+
+def _run_with_mailbox(root: Path, messages: int) -> RunStore:
+    """A run whose inbox holds `messages` delivered follow-ups (their lines written in bulk)."""
+    home = Home(root / ".crew")
+    home.root.mkdir(parents=True)
+    store = create_run(home, parse_config(CONFIG), crew_dir=root, session="bench")
+    at = "2026-11-30T03:41:00.123456Z"
+    delivered = {"status": MessageStatus.DELIVERED, "delivered_at": at}
+    lines = [_follow_up(i, at).model_copy(update=delivered).to_line() for i in range(messages)]
+    store.paths.box(Box.INBOX).write_bytes(b"".join(lines))
+    return store
 
 
 def _run_with_history(root: Path, events: int) -> RunStore:
-    """A run whose log holds `events` events (written in bulk, then marked applied)."""
+    """A run whose log holds `events` events: MESSAGES follow-ups, then attention decisions
+    (written in bulk, then marked applied)."""
     home = Home(root / ".crew")
     home.root.mkdir(parents=True)
     store = create_run(home, parse_config(CONFIG), crew_dir=root, session="bench@host")
+    _post_mailbox(store)
     first = jsonl.last_record(store.paths.events, Event)
     assert first is not None
     seq = first.seq
@@ -59,16 +109,55 @@ def _run_with_history(root: Path, events: int) -> RunStore:
     return store
 
 
+def _cli(argv: list[str], home: Home) -> Callable[[], None]:
+    env = crew_env(home)
+
+    def call() -> None:
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+
+    return call
+
+
+def _scaling(
+    benchmark: str, times: dict[int, Timing], goal: str, history: str = HISTORY
+) -> list[Row]:
+    """One row per history size, each as a ratio to the smallest."""
+    smallest = min(times)
+    return [
+        Row(
+            benchmark,
+            f"{size:>9,} {history}",
+            timing.show(),
+            f"{timing.median / times[smallest].median:.2f}×",
+            goal,
+            {"size": size, "history": history, "seconds": timing.median},
+        )
+        for size, timing in times.items()
+    ]
+
+
 def run(quick: bool = False) -> list[Row]:
     sizes = [10, 10_000, 100_000] if quick else [10, 10_000, 1_000_000]
+    cli_runs, cli_warmup = (5, 1) if quick else (15, 2)
+    mailbox_sizes, mailbox_runs = ([10, 1_000, 5_000], 7) if quick else ([10, 1_000, 10_000], 15)
     os.environ["CREW_FSYNC"] = "0"
-    rows: list[Row] = []
+    flat = "≤ 1.2× from 10 to the largest"
     with tempfile.TemporaryDirectory(prefix="crew-bench-") as folder:
         stores = {size: _run_with_history(Path(folder) / str(size), size) for size in sizes}
         assert all(store.load().clean for store in stores.values())
         status_times = measure_side_by_side(
             {size: (lambda store=store: run_status(store)) for size, store in stores.items()}
         )
+        mailbox_times = measure_side_by_side(
+            {size: (lambda store=store: mailbox_view(store)) for size, store in stores.items()}
+        )
+        cli_calls: dict[tuple[str, int], Callable[[], None]] = {}
+        for size, store in stores.items():
+            home = Home(Path(folder) / str(size) / ".crew")
+            for command in ("status", "mailbox"):
+                argv = crew_argv(command, store.run_id, "--json")
+                cli_calls[command, size] = _cli(argv, home)
+        cli_times = measure_side_by_side(cli_calls, runs=cli_runs, warmup=cli_warmup)
         followers = {}
         for size, store in stores.items():
             followers[size] = jsonl.Follower(store.paths.events, Event)
@@ -83,30 +172,32 @@ def run(quick: bool = False) -> list[Row]:
             {size: (lambda size=size: append_and_poll(size)) for size in sizes}
         )
         full_read = measure(lambda: jsonl.read(stores[sizes[1]].paths.events, Event), runs=5)
-    smallest = sizes[0]
-    for size in sizes:
-        rows.append(
-            Row(
-                "status vs history",
-                f"{size:>9,} events",
-                status_times[size].show(),
-                f"{status_times[size].median / status_times[smallest].median:.2f}×",
-                "≤ 1.2× from 10 to the largest",
-                {"events": size, "seconds": status_times[size].median},
-            )
+        boxes = {n: _run_with_mailbox(Path(folder) / f"box{n}", n) for n in mailbox_sizes}
+        follow_up_times = measure_side_by_side(
+            {
+                n: (lambda box=box: ops.follow_up(box, "t1", "one more thing", session="bench"))
+                for n, box in boxes.items()
+            },
+            runs=mailbox_runs,
         )
-    for size in sizes:
-        rows.append(
-            Row(
-                "append + follower poll",
-                f"{size:>9,} events",
-                poll_times[size].show(),
-                f"{poll_times[size].median / poll_times[smallest].median:.2f}×",
-                "flat: a poll reads only new bytes",
-                {"events": size, "seconds": poll_times[size].median},
-            )
+        status_mailbox_times = measure_side_by_side(
+            {n: (lambda box=box: run_status(box)) for n, box in boxes.items()}, runs=mailbox_runs
         )
-    rows.append(
+    by_messages = "delivered messages in the mailbox"
+    return [
+        *_scaling("status vs history", status_times, flat),
+        *_scaling("mailbox vs history", mailbox_times, flat),
+        *_scaling(
+            "`crew status --json` (CLI)",
+            {size: cli_times["status", size] for size in sizes},
+            flat,
+        ),
+        *_scaling(
+            "`crew mailbox --json` (CLI)",
+            {size: cli_times["mailbox", size] for size in sizes},
+            flat,
+        ),
+        *_scaling("append + follower poll", poll_times, "flat: a poll reads only new bytes"),
         Row(
             "full re-read (for contrast)",
             f"{sizes[1]:>9,} events",
@@ -114,6 +205,7 @@ def run(quick: bool = False) -> list[Row]:
             f"{full_read.median / poll_times[sizes[1]].median:.0f}× a poll",
             "",
             {"events": sizes[1], "seconds": full_read.median},
-        )
-    )
-    return rows
+        ),
+        *_scaling("follow-up vs mailbox", follow_up_times, flat, by_messages),
+        *_scaling("status vs mailbox", status_mailbox_times, flat, by_messages),
+    ]

@@ -5,12 +5,13 @@ stime from /proc) is read over a window cut into slices, side by side with a 500
 over 50 mailbox files measured over the same slices.
 
 (b) N trivial workers (they print a line and exit 0) in one run with maxParallel = N: `crew run`
-in the foreground, from start to exit, and its peak memory (VmHWM, sampled until it exits); alternated
-with a minimal launcher script that starts the same N workers at once and reads their output.
+in the foreground, from start to exit, and its peak memory (VmHWM, sampled until it exits);
+alternated with a minimal launcher script that starts the same N workers and reads their output.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import tempfile
@@ -28,7 +29,7 @@ from bench.crews import (
     foreground_run,
     kill,
     new_home,
-    only_run,
+    new_run,
     wait_all,
     write_crew,
     write_script,
@@ -78,6 +79,7 @@ def _idle_cpu(folder: Path, *, slices: int, seconds: float) -> list[Row]:
         with foreground_run(home, crew_toml) as (store, leader):
             wait_all(store, TaskStatus.RUNNING)
             time.sleep(2.0)  # let the start-up writes and the first output flush settle
+            crew_start, poll_start = cpu_seconds(leader), cpu_seconds(polling.pid)
             for _ in range(slices):
                 crew_before, poll_before = cpu_seconds(leader), cpu_seconds(polling.pid)
                 start = time.monotonic()
@@ -85,21 +87,34 @@ def _idle_cpu(folder: Path, *, slices: int, seconds: float) -> list[Row]:
                 elapsed = time.monotonic() - start
                 crew_share.append(100 * (cpu_seconds(leader) - crew_before) / elapsed)
                 poll_share.append(100 * (cpu_seconds(polling.pid) - poll_before) / elapsed)
+            crew_total = cpu_seconds(leader) - crew_start
+            poll_total = cpu_seconds(polling.pid) - poll_start
             still = [t.id for t in store.state().task_list() if t.status is not TaskStatus.RUNNING]
             if still:
                 raise RuntimeError(f"tasks stopped running during the window: {still}")
     finally:
         kill(polling)
-    crew_cpu, poll_cpu = statistics.median(crew_share), statistics.median(poll_share)
     window = f"{slices} × {seconds:g} s"
+    # The ratio is of CPU time over the whole window: a slice holds only a few clock ticks.
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    if poll_total:
+        ratio = f"{crew_total / poll_total:.1f}× poller (whole window)"
+    else:
+        ratio = f"poller < 1 tick ({100 * tick / (slices * seconds):.2f}%)"
     return [
         Row(
             "leader CPU, idle workers",
             f"crew leader, {IDLE_WORKERS} idle workers, % of a core ({window})",
             spread(crew_share, _percent),
-            f"{crew_cpu / poll_cpu:.2f}× poller" if poll_cpu else "poller used 0",
+            ratio,
             "< 1%",
-            {"workers": IDLE_WORKERS, "percent": crew_share, "sliceSeconds": seconds},
+            {
+                "workers": IDLE_WORKERS,
+                "percent": crew_share,
+                "sliceSeconds": seconds,
+                "cpuSeconds": crew_total,
+                "pollerCpuSeconds": poll_total,
+            },
         ),
         Row(
             "leader CPU, idle workers",
@@ -173,7 +188,7 @@ def _many_short(folder: Path, *, workers: int, rounds: int) -> list[Row]:
             memory[name].append(peak)
             if code != 0:
                 raise RuntimeError(f"{name} with {workers} workers exited {code}")
-        tasks = only_run(home).state().task_list()
+        tasks = new_run(home).state().task_list()
         completed = sum(t.status is TaskStatus.COMPLETED for t in tasks)
         if completed != workers:
             raise RuntimeError(f"only {completed} of {workers} tasks completed")

@@ -9,7 +9,8 @@ after round side by side. Pairs of equal durability:
 SQLite gets one transaction per insert (autocommit), into `(id TEXT PRIMARY KEY, json TEXT)`.
 
 A full transaction (`store.transaction()` posting one follow-up: the run lock, recovery, an event
-append, a mailbox append and the applied marker) is what one `crew follow-up` writes.
+append, a mailbox append and the applied marker) is what one `crew follow-up` writes; it is timed
+on a run of 8 tasks, and (fsync off) on one of LARGE_RUN tasks, to see what a bigger run adds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from bench.common import Row, measure_side_by_side
 from bench.crews import environment
@@ -32,17 +35,14 @@ from crew.store import jsonl
 from crew.store.files import FSYNC_ENV
 from crew.store.lock import locked
 
-CONFIG = {
-    "crew": {"name": "bench"},
-    "agents": {"a": {"command": ["true"]}},
-    "tasks": [{"id": f"t{i}", "agent": "a", "prompt": f"task {i}"} for i in range(8)],
-}
+LARGE_RUN = 200
 CREW_ON = "crew append, fsync on"
 SQLITE_FULL = "SQLite WAL, synchronous=FULL"
 CREW_OFF = "crew append, fsync off"
 SQLITE_NORMAL = "SQLite WAL, synchronous=NORMAL"
 TXN_ON = "crew transaction (follow-up), fsync on"
 TXN_OFF = "crew transaction (follow-up), fsync off"
+TXN_LARGE = f"crew transaction (follow-up), fsync off, {LARGE_RUN}-task run"
 LOCK_ONLY = "run lock alone (acquire + release)"
 EQUAL = "≥ 1.0× (equal durability)"
 
@@ -64,10 +64,9 @@ def _message(index: int, at: str = "2026-11-30T03:41:00.123456Z") -> MailboxMess
 
 
 def _records(count: int) -> Iterator[tuple[str, bytes]]:
-    """`count` distinct records: (message id, its mailbox line)."""
-    for index in range(count):
-        message = _message(index)
-        yield message.id, message.to_line()
+    """`count` distinct records, built before any timing: (message id, its mailbox line)."""
+    messages = [_message(index) for index in range(count)]
+    return iter([(message.id, message.to_line()) for message in messages])
 
 
 def _crew_appends(folder: Path, name: str, batch: int, total: int) -> Callable[[], None]:
@@ -83,8 +82,11 @@ def _crew_appends(folder: Path, name: str, batch: int, total: int) -> Callable[[
     return call
 
 
-def _sqlite_inserts(folder: Path, sync: str, batch: int, total: int) -> Callable[[], None]:
+def _sqlite_inserts(
+    folder: Path, sync: str, batch: int, total: int, closing: ExitStack
+) -> Callable[[], None]:
     connection = sqlite3.connect(folder / f"sqlite-{sync}.db", isolation_level=None)
+    closing.callback(connection.close)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute(f"PRAGMA synchronous={sync}")
     connection.execute("CREATE TABLE messages (id TEXT PRIMARY KEY, json TEXT)")
@@ -98,11 +100,22 @@ def _sqlite_inserts(folder: Path, sync: str, batch: int, total: int) -> Callable
     return call
 
 
-def _transactions(folder: Path, name: str, batch: int) -> Callable[[], None]:
+def _config(tasks: int) -> dict[str, Any]:
+    return {
+        "crew": {"name": "bench"},
+        "agents": {"a": {"command": ["true"]}},
+        "tasks": [
+            {"id": f"t{i}", "agent": "a", "prompt": f"task {i}: fix the parser's edge cases"}
+            for i in range(1, tasks + 1)
+        ],
+    }
+
+
+def _transactions(folder: Path, name: str, batch: int, *, tasks: int = 8) -> Callable[[], None]:
     root = folder / name
     home = Home(root / ".crew")
     home.root.mkdir(parents=True)
-    store = create_run(home, parse_config(CONFIG), crew_dir=root, session="bench")
+    store = create_run(home, parse_config(_config(tasks)), crew_dir=root, session="bench")
     count = 0
 
     def call() -> None:
@@ -146,20 +159,23 @@ def run(quick: bool = False) -> list[Row]:
         CREW_OFF: loose,
         SQLITE_NORMAL: loose,
         TXN_OFF: loose,
+        TXN_LARGE: durable,
         LOCK_ONLY: loose,
     }
     with (
         environment(CREW_FSYNC="0"),
         tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
+        ExitStack() as closing,
     ):
         folder = Path(name)
         calls = {
             CREW_ON: _crew_appends(folder, "on", durable, total[durable]),
-            SQLITE_FULL: _sqlite_inserts(folder, "FULL", durable, total[durable]),
+            SQLITE_FULL: _sqlite_inserts(folder, "FULL", durable, total[durable], closing),
             TXN_ON: _transactions(folder, "txn-on", durable),
             CREW_OFF: _crew_appends(folder, "off", loose, total[loose]),
-            SQLITE_NORMAL: _sqlite_inserts(folder, "NORMAL", loose, total[loose]),
+            SQLITE_NORMAL: _sqlite_inserts(folder, "NORMAL", loose, total[loose], closing),
             TXN_OFF: _transactions(folder, "txn-off", loose),
+            TXN_LARGE: _transactions(folder, "txn-large", durable, tasks=LARGE_RUN),
             LOCK_ONLY: _lock_only(folder, loose),
         }
         timings = measure_side_by_side(
@@ -188,5 +204,6 @@ def run(quick: bool = False) -> list[Row]:
         row(SQLITE_NORMAL, "baseline (crash safe)"),
         row(TXN_ON, f"{rate[TXN_ON] / rate[CREW_ON]:.2f}× crew append, fsync on"),
         row(TXN_OFF, f"{rate[TXN_OFF] / rate[CREW_OFF]:.2f}× crew append, fsync off"),
+        row(TXN_LARGE, f"{rate[TXN_LARGE] / rate[TXN_OFF]:.2f}× the 8-task run"),
         row(LOCK_ONLY, f"{1e6 / rate[LOCK_ONLY]:.0f} µs each"),
     ]
