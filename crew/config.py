@@ -55,7 +55,7 @@ class ConfigModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="forbid",
-        use_attribute_docstrings=True,
+
     )
 
 

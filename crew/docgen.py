@@ -72,6 +72,8 @@ def _fields_table(model: dict[str, Any], defs: dict[str, Any]) -> list[str]:
         text = " ".join(str(node.get("description", "")).split())
         default = node.get("default")
         if default not in (None, [], {}) and name not in required:
+            if text and not text.endswith("."):
+                text += "."
             text = f"{text} Default: `{_literal(default)}`.".strip()
         text = text.replace("|", "\\|")
         mandatory = "yes" if name in required else ""

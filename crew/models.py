@@ -43,7 +43,7 @@ class StateModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="ignore",
-        use_attribute_docstrings=True,
+
     )
 
     def to_line(self) -> bytes:

@@ -1,11 +1,20 @@
-"""JSON Schemas of the file formats, generated from the models (`crew schema`)."""
+"""JSON Schemas of the file formats, generated from the models (`crew schema`).
+
+Field descriptions are the attribute docstrings in crew/models.py and crew/config.py. pydantic can
+read those itself (`use_attribute_docstrings`), but that parses the source of every model each
+time crew starts; here they are read only when a schema is printed.
+"""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import itertools
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
+from crew import config, models
 from crew.config import CrewConfig
 from crew.errors import UsageError
 from crew.models import Event, LeaderInfo, MailboxMessage, Run, SupervisorContact, Task
@@ -32,6 +41,7 @@ def schema(name: str) -> dict[str, Any]:
             f"Unknown schema {name!r}: expected one of {', '.join(SCHEMAS)}."
         ) from None
     document = TypeAdapter(kind).json_schema(by_alias=True, mode="serialization")
+    _describe(document, kind)
     document.setdefault("description", description)
     document["title"] = name
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **document}
@@ -39,3 +49,49 @@ def schema(name: str) -> dict[str, Any]:
 
 def all_schemas() -> dict[str, dict[str, Any]]:
     return {name: schema(name) for name in SCHEMAS}
+
+
+def _describe(document: dict[str, Any], kind: Any) -> None:
+    """Add each field's docstring as its description, in the root and in every $defs entry."""
+    classes = _model_classes()
+    root = kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+    targets: list[tuple[dict[str, Any], type[BaseModel] | None]] = [(document, root)]
+    targets += [(node, classes.get(name)) for name, node in document.get("$defs", {}).items()]
+    for node, cls in targets:
+        if cls is None:
+            continue
+        docs = field_docstrings(cls)
+        for field_name, field in cls.model_fields.items():
+            text = docs.get(field_name)
+            key = field.serialization_alias or field.alias or field_name
+            if text and key in node.get("properties", {}):
+                node["properties"][key]["description"] = text
+
+
+def _model_classes() -> dict[str, type[BaseModel]]:
+    found: dict[str, type[BaseModel]] = {}
+    for module in (models, config):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and issubclass(value, BaseModel):
+                found[name] = value
+    return found
+
+
+def field_docstrings(cls: type[BaseModel]) -> dict[str, str]:
+    """`field: type` followed by a string literal, in the class body: the field's docstring."""
+    try:
+        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for statement, following in itertools.pairwise(body):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    return docs

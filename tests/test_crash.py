@@ -25,7 +25,7 @@ from crew.run import RunStore
 KILL_POINTS = [
     "append:events.jsonl@1",  # the takeover's events, before its snapshot
     "replace:manifest.json@1",  # the takeover's manifest, before the marker
-    "replace:applied@2",
+    "write:applied@2",  # the applied marker
     "append:events.jsonl@3",
     "deliver@1",  # a frame reached the worker, its delivery is not recorded
     "append:inbox.jsonl@1",  # a delivery recorded in the mailbox, not yet in the snapshots

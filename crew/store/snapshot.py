@@ -55,7 +55,11 @@ def dump_list(adapter: TypeAdapter[list[T]], items: list[T]) -> bytes:
 
 def load(path: Path, adapter: TypeAdapter[T]) -> T:
     """Read and validate a snapshot; FileNotFoundError if absent, Corrupt if unreadable."""
-    raw = path.read_bytes()
+    return parse(path.read_bytes(), adapter, path)
+
+
+def parse(raw: bytes, adapter: TypeAdapter[T], path: Path) -> T:
+    """Validate the bytes of a snapshot read from `path` (Corrupt if they are not valid)."""
     try:
         return adapter.validate_json(raw)
     except ValidationError as exc:
