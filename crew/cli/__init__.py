@@ -1,24 +1,43 @@
-"""The `crew` command: a thin typer layer over the library, one module per command group."""
+"""The `crew` command: a thin typer layer over the library, one module per command group.
+
+Only the command being run is imported and registered: `crew steer` never pays for building the
+other seventeen commands (their modules, signatures and option types). `--help` builds them all.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
 
 from crew import __version__
-from crew.cli import admin, inspect, lead, send
 from crew.cli.common import run_app
 
-app = typer.Typer(
-    name="crew",
-    help="Orchestrate crews of worker processes; every bit of state is a plain file.",
-    no_args_is_help=True,
-    add_completion=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
+HELP = "Orchestrate crews of worker processes; every bit of state is a plain file."
+
+#: Every command: its name, and the module and function that implement it, in help order.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("crew.cli.lead", "run"),
+    "resume": ("crew.cli.lead", "resume"),
+    "wait": ("crew.cli.lead", "wait"),
+    "logs": ("crew.cli.lead", "logs"),
+    "runs": ("crew.cli.inspect", "runs"),
+    "status": ("crew.cli.inspect", "status"),
+    "mailbox": ("crew.cli.inspect", "mailbox"),
+    "events": ("crew.cli.inspect", "events"),
+    "watch": ("crew.cli.inspect", "watch"),
+    "respond": ("crew.cli.send", "respond"),
+    "steer": ("crew.cli.send", "steer"),
+    "follow-up": ("crew.cli.send", "follow_up"),
+    "nudge": ("crew.cli.send", "nudge"),
+    "cancel": ("crew.cli.send", "cancel"),
+    "handoff": ("crew.cli.send", "handoff"),
+    "init": ("crew.cli.admin", "init"),
+    "doctor": ("crew.cli.admin", "doctor"),
+    "schema": ("crew.cli.admin", "schema"),
+}
 
 
 def _version(value: bool) -> None:
@@ -27,7 +46,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -36,12 +54,39 @@ def _root(
     """Orchestrate crews of worker processes; every bit of state is a plain file."""
 
 
-lead.register(app)
-inspect.register(app)
-send.register(app)
-admin.register(app)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app with every command, or with just `only` (the one about to run)."""
+    app = typer.Typer(
+        name="crew",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    )
+    app.callback()(_root)
+    for name, (module, function) in COMMANDS.items():
+        if only is None or name == only:
+            app.command(name)(getattr(importlib.import_module(module), function))
+    return app
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command named on the command line (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    sys.exit(run_app(app, argv))
+    args = sys.argv[1:] if argv is None else argv
+    sys.exit(run_app(build_app(_command_of(args)), args))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the whole app, for tools that want every command (docs, completion)
+        return build_app()
+    raise AttributeError(name)
