@@ -53,6 +53,19 @@ def home_from(option: Path | None) -> Any:
     return find_home(explicit=option)
 
 
+def duration(text: str | None, option: str) -> float | None:
+    """A duration option (`30s`, `5m`, …) in seconds; a usage error names the option."""
+    if text is None:
+        return None
+    from crew.clock import parse_duration
+    from crew.errors import UsageError
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}.") from None
+
+
 def print_json(data: Any, *, compact: bool = False) -> None:
     """One JSON document on stdout."""
     text = json.dumps(

@@ -14,6 +14,7 @@ from crew.cli.common import (
     JsonOption,
     RunArgument,
     SessionOption,
+    duration,
     home_from,
     print_json,
     say,
@@ -80,7 +81,7 @@ def run(
     from crew.paths import Home
     from crew.session import current_session
 
-    run_timeout = _duration(timeout)
+    run_timeout = duration(timeout, "--timeout")
     who = current_session(session)
     try:
         crew_home = home_from(home)
@@ -291,7 +292,7 @@ def wait(
         raise UsageError(f"--for: expected 'waiting' or 'done', got {for_!r}.") from None
     if task is not None:
         check_task_id(task)
-    limit = _duration(timeout)
+    limit = duration(timeout, "--timeout")
     store = RunStore.open(home_from(home), run)
     tasks = wait_for_run(store, until, task_id=task, timeout=limit)
     if json:
@@ -332,15 +333,3 @@ def logs(
         out.write(chunk)
         if follow:
             out.flush()
-
-
-def _duration(text: str | None) -> float | None:
-    if text is None:
-        return None
-    from crew.clock import parse_duration
-    from crew.errors import UsageError
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UsageError(f"--timeout: {exc}.") from None

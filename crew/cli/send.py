@@ -14,6 +14,7 @@ from crew.cli.common import (
     JsonOption,
     RunArgument,
     SessionOption,
+    duration,
     home_from,
     print_json,
     say,
@@ -214,7 +215,7 @@ def cancel(
 
     if task is not None:
         check_task_id(task)
-    seconds = _duration(grace, "--grace")
+    seconds = duration(grace, "--grace") or 0.0
     who = current_session(session)
     store = RunStore.open(home_from(home), run)
     result = ops.cancel(store, task, session=who, force=force, grace=seconds)
@@ -279,7 +280,7 @@ def _prepare(
     from crew.session import current_session
 
     check_task_id(task)
-    limit = _duration(timeout, "--timeout") if timeout is not None else None
+    limit = duration(timeout, "--timeout")
     who = current_session(session)
     return RunStore.open(home_from(home), run), who, limit
 
@@ -295,16 +296,6 @@ def _read_body(body: str) -> str:
         return raw.decode("utf-8").rstrip("\n")
     except UnicodeDecodeError:
         raise UsageError("The message on stdin is not UTF-8 text.") from None
-
-
-def _duration(text: str, option: str) -> float:
-    from crew.clock import parse_duration
-    from crew.errors import UsageError
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UsageError(f"{option}: {exc}.") from None
 
 
 def _finish(
