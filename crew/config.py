@@ -55,7 +55,6 @@ class ConfigModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="forbid",
-
     )
 
 

@@ -43,7 +43,6 @@ class StateModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         extra="ignore",
-
     )
 
     def to_line(self) -> bytes:

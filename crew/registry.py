@@ -192,6 +192,7 @@ class EventType(StrEnum):
     SUPERVISOR_CONTACT = "supervisor.contact"
     SUPERVISOR_REPORT = "supervisor.report"
     SUPERVISOR_MALFORMED = "supervisor.malformed"
+    SUPERVISOR_WITHDRAWN = "supervisor.withdrawn"
     AGENT_STEERED = "agent.steered"
     AGENT_FOLLOWED_UP = "agent.followed_up"
     AGENT_NUDGED = "agent.nudged"

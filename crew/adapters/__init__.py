@@ -8,8 +8,9 @@ worker's stdin, and signals for the leader (a question, a report, the end of a t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
@@ -36,7 +37,14 @@ class AgentError:
     fatal: bool = False
 
 
-Signal = Parsed | TurnEnd | AgentError
+@dataclass(frozen=True)
+class Withdrawn:
+    """The agent took its open question back: the task no longer waits for an answer."""
+
+    reason: str = ""
+
+
+Signal = Parsed | TurnEnd | AgentError | Withdrawn
 
 
 @dataclass
@@ -59,6 +67,9 @@ class Adapter(Protocol):
     #: lines on either stream are parsed. Protocols that frame stdout (JSON streams) keep them
     #: apart so a stderr write can never land inside a frame.
     merge_stderr: bool
+    #: Environment variables the agent needs to speak the protocol crew expects (the agent's
+    #: own `env` in crew.toml can still override them).
+    environment: dict[str, str]
 
     def start(self, task: Task) -> Reaction:
         """The worker has just started: a handshake, the first prompt, or nothing."""
@@ -71,6 +82,20 @@ class Adapter(Protocol):
 
     def interrupt(self) -> Reaction:
         """Stop what the agent is doing (before the task's worker is stopped)."""
+
+
+#: Answers that approve a yes/no question put to an agent's supervisor; anything else declines.
+YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
+
+
+def confirms(answer: str) -> bool:
+    """Whether an answer to a yes/no question says yes (only an explicit yes does)."""
+    return answer.strip().lower() in YES
+
+
+def json_line(payload: dict[str, Any]) -> bytes:
+    """One compact JSON line: what every JSON-lines agent protocol reads."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def adapter_for(agent: AgentConfig) -> Adapter:

@@ -1,27 +1,316 @@
-"""The claude-code adapter (not written yet)."""
+"""Claude Code in stream-json mode: JSON lines in both directions.
+
+The agent's command is `claude -p --input-format stream-json --output-format stream-json
+--verbose --permission-prompt-tool stdio` (without the last flag claude denies every permission
+request itself and never asks a question). crew sets `CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1`
+in its environment.
+
+- The task prompt is the first user message. A steer is a user message with `priority: "next"`
+  (it joins the running turn); a follow-up, a nudge or an answer nobody asked for is one with
+  `priority: "later"` (its own turn after the current one); while claude is idle, a plain user
+  message (a new turn). A malformed line kills claude: we only ever write one-line JSON.
+- Questions are `can_use_tool` control requests. `AskUserQuestion` asks 1 to 4 questions: one with
+  options to pick one of → need_selection, any other single question → need_input; several →
+  one need_input, answered by a JSON object mapping each question's text to its answer, or by
+  one text for all. Any other tool asks for permission: with `approvals = "ask"` a
+  need_confirmation question (only a yes allows it), with `allow`/`deny` an answer at once,
+  noted in the event log. A second request waits until the first is answered. A request claude
+  withdraws (`control_cancel_request`) is dropped: the task stops waiting (or the next request
+  becomes the question), and an answer that crossed the withdrawal is not passed on.
+- A `result` ends a turn, classified by `terminal_reason` (`completed`; `aborted_*`; anything
+  else, or `is_error`, fails it). Results of queued turns can come back to back, so the `idle`
+  session state is the end; without the state events, a `result` with no `queued_turn_count`.
+  An `authentication_failed` assistant message names the failure. A control request crew sent
+  that claude refuses is an error; one claude sends that crew does not know is refused.
+- Cancel: an `interrupt` control request that also drops claude's queued messages.
+"""
 
 from __future__ import annotations
 
-from crew.adapters import Reaction
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line
 from crew.config import AgentConfig
-from crew.errors import UsageError
 from crew.models import MailboxMessage, Task
+from crew.protocol import Contact, Report
+from crew.registry import Approvals, ContactType, MessageKind
+
+#: The tool through which claude asks the user questions.
+ASK_TOOL = "AskUserQuestion"
+_ABORTED = frozenset({"aborted_streaming", "aborted_tools"})
+_LOGGED_OUT = "authentication_failed"
+_MULTI_PROMPT = (
+    "Answer with a JSON object mapping each question to its answer, or one text for all:"
+)
 
 
+@dataclass
+class _Request:
+    """A `can_use_tool` request waiting for its answer."""
+
+    id: str
+    tool: str
+    input: dict[str, Any]
+    contact: Contact
+
+
+@dataclass
 class ClaudeCodeAdapter:
-    merge_stderr = False
+    agent: AgentConfig
+    merge_stderr: bool = False
+    #: Session state events make `idle` (the authoritative end of a turn) visible.
+    environment: dict[str, str] = field(
+        default_factory=lambda: {"CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS": "1"}
+    )
+    #: How claude's last turn ended, while it is idle (None while a turn runs or is due).
+    _ended: TurnEnd | None = None
+    #: A user message was written after the last `result`: claude owes it a result.
+    _owed: bool = False
+    #: claude emits session state events: `idle`, not `result`, ends a turn.
+    _states: bool = False
+    _interrupts: int = 0
+    _requests: list[_Request] = field(default_factory=list)
+    #: claude withdrew the question the leader still shows: its answer goes nowhere.
+    _withdrawn: bool = False
+    _error: str | None = None
+    _logged_out: bool = False
 
-    def __init__(self, agent: AgentConfig) -> None:
-        raise UsageError("Agent protocol 'claude-code' is not supported yet.")
+    # ------------------------------------------------------------------ to claude
 
     def start(self, task: Task) -> Reaction:
-        raise NotImplementedError
-
-    def on_line(self, line: str) -> Reaction:
-        raise NotImplementedError
+        return Reaction(write=self._user(task.prompt))
 
     def deliver(self, message: MailboxMessage) -> Reaction:
-        raise NotImplementedError
+        if message.kind is MessageKind.RESPOND and self._requests:
+            return self._answer(message.body)
+        if message.kind is MessageKind.RESPOND and self._withdrawn:
+            return self._drop()
+        priority = "next" if message.kind is MessageKind.STEER else "later"
+        return Reaction(write=self._user(message.body, priority))  # followUp, nudge, prose
 
     def interrupt(self) -> Reaction:
-        raise NotImplementedError
+        self._interrupts += 1
+        self._owed = False  # `cancel_queued`: what waits in claude's queue never runs
+        return Reaction(
+            write=json_line(
+                {
+                    "type": "control_request",
+                    "request_id": f"crew-interrupt-{self._interrupts}",
+                    "request": {"subtype": "interrupt", "cancel_queued": True},
+                }
+            )
+        )
+
+    def _user(self, text: str, priority: str | None = None) -> bytes:
+        message: dict[str, Any] = {
+            "type": "user",
+            "message": {"role": "user", "content": text},
+            "parent_tool_use_id": None,
+            "session_id": "default",
+        }
+        if priority is not None and self._ended is None:
+            message["priority"] = priority  # while idle claude starts a new turn instead
+        self._ended = None
+        self._owed = True
+        return json_line(message)
+
+    def _answer(self, body: str) -> Reaction:
+        request = self._requests.pop(0)
+        if request.tool == ASK_TOOL:
+            answers = _answers(request.input.get("questions"), body)
+            response = _allow({**request.input, "answers": answers})
+        elif confirms(body):
+            response = _allow(request.input)
+        else:
+            response = _deny(f"Denied by the crew supervisor: {body}")
+        reaction = Reaction(write=_response(request.id, response))
+        if self._requests:  # the next question waited for this one
+            reaction.signals.append(self._requests[0].contact)
+        return reaction
+
+    def _drop(self) -> Reaction:
+        self._withdrawn = False
+        note = Report(
+            ContactType.NOTE, "the answer was not passed on: claude withdrew the question"
+        )
+        if self._ended is None:
+            return Reaction(signals=[note])
+        # claude is idle: the leader took the answer for new work, so its turn ends again.
+        return Reaction(signals=[note, self._ended])
+
+    # ------------------------------------------------------------------ from claude
+
+    def on_line(self, line: str) -> Reaction:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return Reaction()
+        if not isinstance(event, dict):
+            return Reaction()
+        kind = event.get("type")
+        if kind == "control_request":
+            return self._request(str(event.get("request_id")), _dict(event.get("request")))
+        if kind == "control_cancel_request":
+            return self._withdraw(str(event.get("request_id")))
+        if kind == "control_response":
+            response = _dict(event.get("response"))
+            if response.get("subtype") == "error":
+                what = f"claude refused {response.get('request_id')}: {response.get('error')}"
+                return Reaction(signals=[AgentError(what)])
+        elif kind == "assistant" and event.get("error") == _LOGGED_OUT:
+            self._logged_out = True
+        elif kind == "result":
+            return self._result(event)
+        elif kind == "system" and event.get("subtype") == "session_state_changed":
+            self._states = True
+            if event.get("state") == "idle" and self._ended is None and not self._owed:
+                return self._turn_end()
+        return Reaction()
+
+    def _result(self, event: dict[str, Any]) -> Reaction:
+        self._owed = False
+        reason = event.get("terminal_reason")
+        if reason in _ABORTED:
+            self._error = "aborted"
+        elif event.get("is_error") or reason not in {None, "completed"}:
+            errors = "; ".join(str(e) for e in event.get("errors") or [])
+            self._error = str(event.get("result") or errors or reason or event.get("subtype"))
+            if self._logged_out:
+                self._error = f"claude: not logged in ({_LOGGED_OUT}): {self._error}"
+        self._logged_out = False
+        if self._states or event.get("queued_turn_count"):
+            return Reaction()  # more turns follow, or `idle` will tell
+        return self._turn_end()
+
+    def _turn_end(self) -> Reaction:
+        self._ended = TurnEnd(self._error)
+        self._error = None
+        return Reaction(signals=[self._ended])
+
+    def _request(self, request_id: str, request: dict[str, Any]) -> Reaction:
+        subtype = request.get("subtype")
+        if subtype != "can_use_tool":
+            error = f"crew does not handle {subtype} requests"
+            refusal = {"subtype": "error", "request_id": request_id, "error": error}
+            return Reaction(write=json_line({"type": "control_response", "response": refusal}))
+        tool = str(request.get("tool_name"))
+        tool_input = _dict(request.get("input"))
+        if tool == ASK_TOOL:
+            contact = _question(tool_input.get("questions"))
+        elif self.agent.approvals is Approvals.ASK:
+            contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?")
+        else:
+            return self._approve(request_id, request)
+        self._requests.append(_Request(request_id, tool, tool_input, contact))
+        if len(self._requests) > 1:
+            return Reaction()  # asked once the open question is answered
+        self._withdrawn = False
+        return Reaction(signals=[contact])
+
+    def _approve(self, request_id: str, request: dict[str, Any]) -> Reaction:
+        """`approvals` allow or deny: answer at once, and say so in the event log."""
+        approvals = self.agent.approvals
+        if approvals is Approvals.ALLOW:
+            response = _allow(_dict(request.get("input")))
+        else:
+            response = _deny(f"Denied by the crew supervisor (approvals = {approvals}).")
+        verb = "allowed" if approvals is Approvals.ALLOW else "denied"
+        note = Report(ContactType.NOTE, f"{verb} {_action(request)} (approvals = {approvals})")
+        return Reaction(write=_response(request_id, response), signals=[note])
+
+    def _withdraw(self, request_id: str) -> Reaction:
+        index = next((i for i, r in enumerate(self._requests) if r.id == request_id), None)
+        if index is None:
+            return Reaction()
+        del self._requests[index]
+        if index > 0:
+            return Reaction()  # never asked
+        if self._requests:  # the next question replaces the withdrawn one
+            return Reaction(signals=[self._requests[0].contact])
+        self._withdrawn = True
+        return Reaction(signals=[Withdrawn("claude withdrew it")])
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _questions(value: Any) -> list[dict[str, Any]]:
+    return [q for q in value if isinstance(q, dict)] if isinstance(value, list) else []
+
+
+def _labels(question: dict[str, Any]) -> list[str]:
+    options = question.get("options")
+    return [str(_dict(o).get("label")) for o in options] if isinstance(options, list) else []
+
+
+def _question(value: Any) -> Contact:
+    """The question an AskUserQuestion input asks."""
+    questions = _questions(value)
+    if len(questions) == 1:
+        question, labels = questions[0], _labels(questions[0])
+        if labels and not question.get("multiSelect"):
+            return Contact(ContactType.NEED_SELECTION, str(question.get("question")), labels)
+        return Contact(ContactType.NEED_INPUT, _describe(question))
+    lines = [f"{n}. {_describe(q)}" for n, q in enumerate(questions, 1)]
+    return Contact(ContactType.NEED_INPUT, "\n".join([_MULTI_PROMPT, *lines]))
+
+
+def _describe(question: dict[str, Any]) -> str:
+    """`Which features? [Auth|Search] (any of them)`."""
+    text = str(question.get("question"))
+    labels = _labels(question)
+    if labels:
+        text += f" [{'|'.join(labels)}]"
+    if question.get("multiSelect"):
+        text += " (any of them)"
+    return text
+
+
+def _answers(value: Any, body: str) -> dict[str, Any]:
+    """AskUserQuestion's `answers`, by question text: from a JSON object naming the questions
+    (a list of labels answers a multi-select question), or the whole body for every one."""
+    texts = [str(q.get("question")) for q in _questions(value)]
+    try:
+        given = json.loads(body)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict) or not any(t in given for t in texts):
+        return dict.fromkeys(texts, body)
+    return {t: _answer(given[t]) for t in texts if t in given}
+
+
+def _answer(value: Any) -> str | list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _action(request: dict[str, Any]) -> str:
+    """What a permission request is for: `Bash: list the files — ls -la`."""
+    tool = request.get("display_name") or request.get("tool_name")
+    tool_input = _dict(request.get("input"))
+    details = (
+        request.get("description") or tool_input.get("description"),
+        tool_input.get("command"),
+    )
+    text = " — ".join(dict.fromkeys(str(d) for d in details if d))
+    if not text:
+        text = json.dumps(tool_input, ensure_ascii=False)
+        text = text if len(text) <= 300 else text[:299] + "…"
+    return f"{tool}: {text}"
+
+
+def _allow(tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"behavior": "allow", "updatedInput": tool_input}
+
+
+def _deny(message: str) -> dict[str, Any]:
+    return {"behavior": "deny", "message": message}
+
+
+def _response(request_id: str, response: dict[str, Any]) -> bytes:
+    answer = {"subtype": "success", "request_id": request_id, "response": response}
+    return json_line({"type": "control_response", "response": answer})

@@ -1,27 +1,414 @@
-"""The codex adapter (not written yet)."""
+"""codex as an app server (`codex app-server`, 0.171.0): JSON-RPC 2.0 lines without the
+`"jsonrpc"` field, in both directions.
+
+- Start: `initialize`; on its result `initialized` and `thread/start` (ephemeral, approval policy
+  `on-request`, in the worker's folder); on that result the task prompt as the first `turn/start`.
+  Each request of ours has an integer id, remembered with its method until the response.
+- Turns: `turn/completed` ends the turn `turn/started` began: `completed`, `failed` (the error is
+  `turn.error.message`, else the last `error` notice that is not retried) or `interrupted`.
+  `error` notices with `willRetry` are retries: the first of a turn is a note. The agent is idle
+  (TurnEnd) once a turn has ended with no follow-up left and no turn request unanswered.
+- A steer is a `turn/steer` of the active turn (`expectedTurnId`), else a `turn/start`; a steer
+  refused because the turn ended meanwhile is sent again as a `turn/start`. Codex keeps no queue:
+  follow-ups and nudges wait here while a turn runs, each a `turn/start` once it completes (as
+  does anything sent while the thread is being set up).
+- Questions are server requests, answered `{"id": <theirs>, "result": …}`, one at a time in the
+  order asked; `serverRequest/resolved` of one we still hold withdraws it.
+  - `item/tool/requestUserInput` (codex asks only in Plan collaboration mode): one question is
+    need_selection (with options) or need_input; several are one need_input, answered by a JSON
+    object of question id (or text) → answer, or by one text for all.
+  - Command, file-change and permission approvals: need_confirmation with agent `approvals =
+    "ask"` (a yes accepts; anything else declines, and the turn goes on), else answered at once
+    and noted. The files of a file change come from its `fileChange` item.
+  - Any other request gets a JSON-RPC error. An answer with no question open is a steer.
+- A refused `initialize` or `thread/start` is fatal; a refused `turn/start` with no turn running
+  ends the turn with that error; other refusals are errors.
+- Cancel: drop the waiting follow-ups, then `turn/interrupt` the active turn.
+"""
 
 from __future__ import annotations
 
-from crew.adapters import Reaction
+import contextlib
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crew import __version__
+from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line
 from crew.config import AgentConfig
-from crew.errors import UsageError
 from crew.models import MailboxMessage, Task
+from crew.protocol import Contact, Report
+from crew.registry import Approvals, ContactType, MessageKind
+
+#: Requests of ours without which the agent cannot work at all.
+_SETUP = frozenset({"initialize", "thread/start"})
+#: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
+_TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
+_METHOD_NOT_FOUND = -32601
+
+#: Makes an approval's result from the decision (True: approved).
+_Decide = Callable[[bool], dict[str, Any]]
 
 
+@dataclass
+class _Question:
+    """A server request held until it is answered; `reply` makes its result from the answer."""
+
+    id: int | str
+    contact: Contact
+    reply: Callable[[str], dict[str, Any]]
+
+
+@dataclass
+class _Call:
+    """A request of ours awaiting its response (`text`: what a turn request gave the agent)."""
+
+    method: str
+    text: str | None = None
+
+
+@dataclass
 class CodexAdapter:
-    merge_stderr = False
+    agent: AgentConfig
+    merge_stderr: bool = False
+    environment: dict[str, str] = field(default_factory=dict)
+    thread: str | None = None
+    #: The active turn's id.
+    turn: str | None = None
+    #: A turn is under way or on its way (False once the leader was told the agent is idle).
+    busy: bool = True
+    _prompt: str = ""
+    _count: int = 0
+    _calls: dict[int, _Call] = field(default_factory=dict)
+    _queued: list[str] = field(default_factory=list)
+    _questions: list[_Question] = field(default_factory=list)
+    #: The files of each `fileChange` item under way, by item id.
+    _changes: dict[str, list[Any]] = field(default_factory=dict)
+    #: The ids of the turns that have completed (a late turn/start response may name one).
+    _completed: set[str] = field(default_factory=set)
+    #: A turn has ended and the leader is not told yet (`_outcome`: its error).
+    _ended: bool = False
+    _outcome: str | None = None
+    #: The last error notice of the active turn that will not be retried.
+    _error: str | None = None
+    #: The active turn's first retry notice was noted: the next ones are not.
+    _retrying: bool = False
 
-    def __init__(self, agent: AgentConfig) -> None:
-        raise UsageError("Agent protocol 'codex' is not supported yet.")
+    # ------------------------------------------------------------------ to codex
 
     def start(self, task: Task) -> Reaction:
-        raise NotImplementedError
-
-    def on_line(self, line: str) -> Reaction:
-        raise NotImplementedError
+        self._prompt = task.prompt
+        client = {"name": "crew", "title": "crew", "version": __version__}
+        features = {"experimentalApi": True}
+        return Reaction(write=self._call("initialize", clientInfo=client, capabilities=features))
 
     def deliver(self, message: MailboxMessage) -> Reaction:
-        raise NotImplementedError
+        if message.kind is MessageKind.RESPOND and self._questions:
+            return self._answer(message.body)
+        if message.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE} and self.busy:
+            self._queued.append(message.body)  # a turn/start once the turn completes
+            return Reaction()
+        return Reaction(write=self._steer(message.body))  # a steer, or an answer to prose
 
     def interrupt(self) -> Reaction:
-        raise NotImplementedError
+        self._queued.clear()
+        if self.turn is None:
+            return Reaction()
+        return Reaction(write=self._call("turn/interrupt", threadId=self.thread, turnId=self.turn))
+
+    def _steer(self, text: str) -> bytes:
+        if self.turn is not None:
+            return self._call(
+                "turn/steer",
+                text,
+                threadId=self.thread,
+                input=_input(text),
+                expectedTurnId=self.turn,
+            )
+        if self.thread is None:  # still setting up: after the first turn
+            self._queued.append(text)
+            return b""
+        return self._start_turn(text)  # while a turn is starting, codex adds it to that turn
+
+    def _start_turn(self, text: str) -> bytes:
+        self.busy = True
+        return self._call("turn/start", text, threadId=self.thread, input=_input(text))
+
+    def _call(self, method: str, text: str | None = None, **params: Any) -> bytes:
+        self._count += 1
+        self._calls[self._count] = _Call(method, text)
+        return json_line({"id": self._count, "method": method, "params": params})
+
+    def _answer(self, body: str) -> Reaction:
+        question = self._questions.pop(0)
+        reaction = Reaction(write=json_line({"id": question.id, "result": question.reply(body)}))
+        if self._questions:  # the next question waited for this one
+            reaction.signals.append(self._questions[0].contact)
+        return reaction
+
+    # ------------------------------------------------------------------ from codex
+
+    def on_line(self, line: str) -> Reaction:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return Reaction()
+        if not isinstance(message, dict):
+            return Reaction()
+        method, params = message.get("method"), _dict(message.get("params"))
+        if method is None:
+            return self._response(message)
+        if "id" in message:
+            return self._request(message["id"], str(method), params)
+        return self._notification(str(method), params)
+
+    def _response(self, message: dict[str, Any]) -> Reaction:
+        ident = message.get("id")
+        call = self._calls.pop(ident, None) if isinstance(ident, int) else None
+        if message.get("error") is not None:
+            error = _dict(message["error"]).get("message") or message["error"]
+            return self._refused(call, str(error))
+        if call is None:
+            return Reaction()
+        result = _dict(message.get("result"))
+        if call.method == "initialize":
+            initialized = json_line({"method": "initialized"})
+            start = self._call("thread/start", approvalPolicy="on-request", ephemeral=True)
+            return Reaction(write=initialized + start)
+        if call.method == "thread/start":
+            self.thread = str(_dict(result.get("thread")).get("id"))
+            return Reaction(write=self._start_turn(self._prompt))
+        if call.method == "turn/start":
+            turn = _dict(result.get("turn")).get("id")
+            if turn is not None and turn not in self._completed:
+                self.turn = str(turn)  # turn/started may come after this response
+        return self._settle()
+
+    def _refused(self, call: _Call | None, error: str) -> Reaction:
+        if call is None:
+            return Reaction(signals=[AgentError(f"codex: {error}")])
+        if call.method in _SETUP:
+            return Reaction(signals=[AgentError(f"codex: {call.method}: {error}", fatal=True)])
+        if call.method == "turn/steer" and call.text is not None:  # the turn ended meanwhile
+            return Reaction(write=self._start_turn(call.text))
+        if call.method == "turn/start" and self.turn is None:  # nothing runs: the turn is over
+            return self._end(f"codex: turn/start: {error}")
+        return Reaction(signals=[AgentError(f"codex: {call.method}: {error}")])
+
+    def _notification(self, method: str, params: dict[str, Any]) -> Reaction:
+        ours = params.get("threadId") == self.thread
+        item = _dict(params.get("item"))
+        if method == "turn/started" and ours:
+            self.turn = str(_dict(params.get("turn")).get("id"))
+            self._error, self._retrying = None, False
+        elif method == "turn/completed" and ours:
+            return self._turn_completed(_dict(params.get("turn")))
+        elif method == "error" and ours:
+            return self._error_notice(params)
+        elif method == "item/started" and item.get("type") == "fileChange":
+            self._changes[str(item.get("id"))] = list(item.get("changes") or [])
+        elif method == "item/completed":
+            self._changes.pop(str(item.get("id")), None)
+        elif method == "serverRequest/resolved":
+            return self._withdrawn(params.get("requestId"))
+        return Reaction()
+
+    def _turn_completed(self, turn: dict[str, Any]) -> Reaction:
+        error = None
+        if turn.get("status") == "failed":
+            error = str(_dict(turn.get("error")).get("message") or self._error or "the turn failed")
+        elif turn.get("status") == "interrupted":
+            error = "interrupted"
+        self._completed.add(str(turn.get("id")))
+        self.turn, self._error, self._retrying = None, None, False
+        return self._end(error)
+
+    def _error_notice(self, params: dict[str, Any]) -> Reaction:
+        message = str(_dict(params.get("error")).get("message") or "unknown error")
+        if not params.get("willRetry"):
+            self._error = message
+            return Reaction()
+        if self._retrying:
+            return Reaction()
+        self._retrying = True
+        return Reaction(signals=[Report(ContactType.NOTE, f"codex: retrying: {message}")])
+
+    def _end(self, error: str | None) -> Reaction:
+        """A turn is over (or could not start); the leader hears of it once nothing is under way."""
+        reaction = self._overtaken()
+        self._ended, self._outcome = True, error
+        reaction += self._settle()
+        return reaction
+
+    def _settle(self) -> Reaction:
+        """After a turn ended, once no turn runs and no turn request is unanswered: the next
+        follow-up, or else the end of the turn for the leader."""
+        pending = any(call.method in _TURN_REQUESTS for call in self._calls.values())
+        if not self._ended or self.turn is not None or pending:
+            return Reaction()
+        self._ended = False
+        if self._queued:
+            reaction = self._overtaken()
+            reaction.write += self._start_turn(self._queued.pop(0))
+            return reaction
+        self.busy = False
+        error, self._outcome = self._outcome, None
+        return Reaction(signals=[TurnEnd(error)])
+
+    def _overtaken(self) -> Reaction:
+        """The failure of an ended turn that more work follows: an error, not the end."""
+        error, self._outcome = self._outcome, None
+        return Reaction(signals=[AgentError(f"codex: {error}")] if error else [])
+
+    def _request(self, ident: Any, method: str, params: dict[str, Any]) -> Reaction:
+        if method == "item/tool/requestUserInput":
+            return self._ask(_user_input(ident, params))
+        approval = _approval(method, params, self._changes)
+        if approval is None:
+            error = {"code": _METHOD_NOT_FOUND, "message": f"crew cannot answer {method}"}
+            return Reaction(
+                write=json_line({"id": ident, "error": error}),
+                signals=[AgentError(f"codex: refused its {method} request (crew cannot answer)")],
+            )
+        prompt, decide = approval
+        if self.agent.approvals is Approvals.ASK:
+            contact = Contact(ContactType.NEED_CONFIRMATION, prompt)
+            return self._ask(_Question(ident, contact, lambda body: decide(confirms(body))))
+        allowed = self.agent.approvals is Approvals.ALLOW
+        verdict = "accepted" if allowed else "declined"
+        note = f"codex: {verdict} (approvals = {self.agent.approvals}): {prompt}"
+        return Reaction(
+            write=json_line({"id": ident, "result": decide(allowed)}),
+            signals=[Report(ContactType.NOTE, note)],
+        )
+
+    def _ask(self, question: _Question) -> Reaction:
+        self._questions.append(question)
+        if len(self._questions) > 1:
+            return Reaction()  # asked once the open question is answered
+        return Reaction(signals=[question.contact])
+
+    def _withdrawn(self, ident: Any) -> Reaction:
+        """A request was resolved: one we still hold was settled elsewhere, or withdrawn."""
+        index = next((i for i, q in enumerate(self._questions) if q.id == ident), None)
+        if index is None:
+            return Reaction()  # ours was answered
+        del self._questions[index]
+        if index > 0:
+            return Reaction()  # never asked
+        if self._questions:  # the next question waited for this one
+            return Reaction(signals=[self._questions[0].contact])
+        return Reaction(signals=[Withdrawn("codex no longer needs the answer")])
+
+
+# ---------------------------------------------------------------------- questions
+
+
+def _user_input(ident: Any, params: dict[str, Any]) -> _Question:
+    questions = [_dict(q) for q in params.get("questions") or []]
+    if len(questions) == 1:
+        options = _options(questions[0])
+        kind = ContactType.NEED_SELECTION if options else ContactType.NEED_INPUT
+        contact = Contact(kind, _asked(questions[0]), options)
+    else:
+        listed = "; ".join(
+            f"{q.get('id')}: {_asked(q)}" + (f" [{'|'.join(_options(q))}]" if _options(q) else "")
+            for q in questions
+        )
+        how = 'answer {"<id>": "<answer>", …} to answer each, or one text for all'
+        contact = Contact(ContactType.NEED_INPUT, f"codex asks: {listed} ({how})")
+    return _Question(ident, contact, functools.partial(_answers, questions))
+
+
+def _asked(question: dict[str, Any]) -> str:
+    header, text = question.get("header"), question.get("question")
+    return f"{header}: {text}" if header else str(text)
+
+
+def _options(question: dict[str, Any]) -> list[str]:
+    return [str(_dict(option).get("label")) for option in question.get("options") or []]
+
+
+def _answers(questions: list[dict[str, Any]], body: str) -> dict[str, Any]:
+    """The result of a requestUserInput: with several questions, a JSON object answers each by
+    its id (or its text); any other answer is every question's."""
+    named = None
+    if len(questions) > 1:
+        with contextlib.suppress(ValueError):
+            named = json.loads(body)
+    answers: dict[str, Any] = {}
+    for question in questions:
+        ident = str(question.get("id"))
+        value: Any = body
+        if isinstance(named, dict):
+            value = named.get(ident, named.get(str(question.get("question"))))
+        if value is not None:  # one a JSON object leaves out stays unanswered
+            values = value if isinstance(value, list) else [value]
+            answers[ident] = {"answers": [str(v) for v in values]}
+    return {"answers": answers}
+
+
+def _approval(
+    method: str, params: dict[str, Any], changes: dict[str, list[Any]]
+) -> tuple[str, _Decide] | None:
+    """An approval request as a yes/no question, and how to answer it (None: not an approval)."""
+    decide: _Decide = _decision
+    if method == "item/commandExecution/requestApproval":
+        command = params.get("command")
+        prompt = f"Run `{command}`?" if command else "Run a command?"
+    elif method == "item/fileChange/requestApproval":
+        prompt = f"Apply changes to {_files(changes.get(str(params.get('itemId')), []))}?"
+    elif method == "item/permissions/requestApproval":
+        asked = _dict(params.get("permissions"))
+        prompt = f"Grant {_permissions(asked)}?"
+        decide = functools.partial(_grant, asked)
+    else:
+        return None
+    if params.get("reason"):
+        prompt += f" ({params['reason']})"
+    return prompt, decide
+
+
+def _decision(yes: bool) -> dict[str, Any]:
+    return {"decision": "accept" if yes else "decline"}  # decline: the turn goes on without it
+
+
+def _grant(asked: dict[str, Any], yes: bool) -> dict[str, Any]:
+    return {"permissions": asked if yes else {}, "scope": "turn"}
+
+
+def _files(changes: list[Any]) -> str:
+    named = []
+    for change in map(_dict, changes):
+        kind = _dict(change.get("kind"))
+        how = f"move to {kind['move_path']}" if kind.get("move_path") else kind.get("type")
+        named.append(f"{change.get('path')} ({how})")
+    return ", ".join(named) or "files"
+
+
+def _permissions(asked: dict[str, Any]) -> str:
+    wanted = ["network access"] if _dict(asked.get("network")).get("enabled") else []
+    files = _dict(asked.get("fileSystem"))
+    wanted += [
+        f"{access} access to {', '.join(map(str, files[access]))}"
+        for access in ("read", "write")
+        if files.get(access)
+    ]
+    for entry in map(_dict, files.get("entries") or []):
+        path = _dict(entry.get("path"))
+        where = path.get("path") or path.get("pattern") or _dict(path.get("value")).get("kind")
+        wanted.append(f"{entry.get('access')} access to {where}")
+    return ", ".join(wanted) or "more permissions"
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _input(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -11,6 +11,7 @@ class CrewAdapter:
     """The worker protocol (docs/worker-protocol.md): JSON frames on stdin."""
 
     merge_stderr = True
+    environment: dict[str, str] = {}  # noqa: RUF012  # never changed: the protocol needs nothing
 
     def start(self, task: Task) -> Reaction:
         return Reaction()  # the prompt reaches the worker through {prompt} in its command

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters import AgentError, Reaction, TurnEnd
+from crew.adapters import AgentError, Reaction, TurnEnd, confirms, json_line
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -46,6 +46,7 @@ class _Dialog:
 class PiAdapter:
     agent: AgentConfig
     merge_stderr: bool = False
+    environment: dict[str, str] = field(default_factory=dict)
     busy: bool = False
     _count: int = 0
     _dialogs: list[_Dialog] = field(default_factory=list)
@@ -75,16 +76,16 @@ class PiAdapter:
 
     def _command(self, kind: str, **fields: Any) -> bytes:
         self._count += 1
-        return _line({"id": f"crew-{self._count}", "type": kind, **fields})
+        return json_line({"id": f"crew-{self._count}", "type": kind, **fields})
 
     def _answer(self, body: str) -> Reaction:
         dialog = self._dialogs.pop(0)
         if dialog.method == "confirm":
-            reply: dict[str, Any] = {"confirmed": body.strip().lower() in YES}
+            reply: dict[str, Any] = {"confirmed": confirms(body)}
         else:
             reply = {"value": body}
         answer = {"type": "extension_ui_response", "id": dialog.id, **reply}
-        reaction = Reaction(write=_line(answer))
+        reaction = Reaction(write=json_line(answer))
         if self._dialogs:  # the next question waited for this one
             reaction.signals.append(self._dialogs[0].contact)
         return reaction
@@ -147,7 +148,3 @@ class PiAdapter:
         if len(self._dialogs) > 1:
             return Reaction()  # asked once the open question is answered
         return Reaction(signals=[contact])
-
-
-def _line(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"

@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from crew import clock, faults, ids, ops
-from crew.adapters import Adapter, AgentError, Reaction, Signal, TurnEnd, adapter_for
+from crew.adapters import (
+    Adapter,
+    AgentError,
+    Reaction,
+    Signal,
+    TurnEnd,
+    Withdrawn,
+    adapter_for,
+)
 from crew.errors import CrewError, StaleLeader, StoreError
 from crew.follow import Watcher, watch_folders
 from crew.leader import monitors, spawn
@@ -417,11 +425,17 @@ class Leader:
         run = self.state.run
         agent = run.config.agents[task.agent]
         attempt = task.attempt + 1
+        adapter = adapter_for(agent)
         launch = spawn.launch_for(
-            run, task, agent, self.paths, attempt=attempt, home_parent=self.home_parent
+            run,
+            task,
+            agent,
+            self.paths,
+            attempt=attempt,
+            home_parent=self.home_parent,
+            protocol_env=adapter.environment,
         )
         try:
-            adapter = adapter_for(agent)
             process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
         except OSError as exc:
             with self._txn() as txn:
@@ -556,6 +570,19 @@ class Leader:
                     task_id=task.id,
                     message=f"{task.id}'s turn failed: {_short(item.error, 200)}",
                     data={"error": item.error, "turnEnd": True},
+                )
+            return None
+        if isinstance(item, Withdrawn):
+            if task.status is TaskStatus.WAITING and task.contact is not None:
+                txn.transition(
+                    task.id,
+                    TaskStatus.RUNNING,
+                    event_type=EventType.SUPERVISOR_WITHDRAWN,
+                    message=f"{task.id} withdrew its question {task.contact.id}"
+                    + (f": {item.reason}" if item.reason else ""),
+                    data={"contactId": task.contact.id},
+                    contact=None,
+                    waiting_since=None,
                 )
             return None
         if isinstance(item, AgentError):
@@ -762,7 +789,9 @@ class Leader:
                     **changes,
                 )
             else:
-                why = worker.turn_error if code == 0 and worker.turn_error else _describe_exit(code)
+                # The agent's own reason beats "exited with code 1" (claude exits 1 after a
+                # failed turn).
+                why = worker.turn_error or _describe_exit(code)
                 requeue(txn, task, why, **changes)
         self._commit(txn)
 

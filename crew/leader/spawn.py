@@ -27,7 +27,14 @@ class Launch:
 
 
 def launch_for(
-    run: Run, task: Task, agent: AgentConfig, paths: RunPaths, *, attempt: int, home_parent: Path
+    run: Run,
+    task: Task,
+    agent: AgentConfig,
+    paths: RunPaths,
+    *,
+    attempt: int,
+    home_parent: Path,
+    protocol_env: dict[str, str] | None = None,
 ) -> Launch:
     """The command line, folder and environment of a task's worker."""
     values = {
@@ -43,6 +50,7 @@ def launch_for(
     env = {
         **os.environ,
         HOME_ENV: str(paths.root.parents[2]),  # a worker's own `crew` commands find its run
+        **(protocol_env or {}),
         **agent.env,
         RUN_ID_ENV: run.run_id,
         TASK_ID_ENV: task.id,

@@ -118,7 +118,8 @@ def main() -> None:
                 }
             )
             continue
-        print(f"fake-pi got {json.dumps(command)}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"fake-pi got {json.dumps(command)}\n")  # one write: never split
+        sys.stderr.flush()
         kind, ident = command.get("type"), command.get("id")
         if kind == "prompt":
             text = command["message"]

@@ -1,0 +1,420 @@
+"""A stand-in for `claude -p --input-format stream-json --output-format stream-json --verbose
+--permission-prompt-tool stdio`, speaking its protocol as the real one does (Claude Code 2.1.332).
+
+A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion question with
+options, `ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command,
+`TWOBASH` asks for two at once, `WITHDRAW` asks a question and withdraws it, `SLOW` works until
+something is sent to it (at most 5 s: `next` messages join the turn, `later` ones wait for their
+own), `NOAUTH` fails like claude without credentials. Anything else is answered at once.
+Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
+received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
+JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
+result was an error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+SESSION = str(uuid.uuid4())
+STATES = os.environ.get("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS") == "1"
+ASKQ = {
+    "question": "Which database should we use?",
+    "header": "Database",
+    "options": [
+        {"label": "Postgres", "description": "Relational"},
+        {"label": "SQLite", "description": "Embedded"},
+    ],
+    "multiSelect": False,
+}
+ASKFEATURES = {
+    "question": "Which features do you want?",
+    "header": "Features",
+    "options": [
+        {"label": "Auth", "description": "Login"},
+        {"label": "Search", "description": "Full text"},
+        {"label": "Export", "description": "CSV"},
+    ],
+    "multiSelect": True,
+}
+
+lock = threading.Lock()
+changed = threading.Condition(lock)
+out = threading.Lock()
+queue: list[tuple[str, str]] = []  # (text, priority) of user messages waiting for a turn
+answers: dict[str, dict[str, Any]] = {}  # request id -> the `response` of our control_response
+asking: set[str] = set()
+
+
+@dataclass
+class Agent:
+    """What the reader of stdin and the thread running turns share (under `lock`)."""
+
+    busy: bool = False  # a turn runs, or is about to
+    aborted: bool = False  # interrupted: the running turn winds down
+    results: int = 0
+    last_error: bool = False
+
+
+agent = Agent()
+
+
+def emit(event: dict[str, Any]) -> None:
+    with out:
+        sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+
+def state(name: str) -> None:
+    if STATES:
+        emit(
+            {
+                "type": "system",
+                "subtype": "session_state_changed",
+                "state": name,
+                "uuid": str(uuid.uuid4()),
+                "session_id": SESSION,
+            }
+        )
+
+
+def assistant(content: list[dict[str, Any]], **extra: Any) -> None:
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:8]}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-opus-5-5",
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+        "context_management": None,
+    }
+    emit(
+        {
+            "type": "assistant",
+            "message": message,
+            "parent_tool_use_id": None,
+            "session_id": SESSION,
+            "uuid": str(uuid.uuid4()),
+            **extra,
+        }
+    )
+
+
+def say(text: str) -> None:
+    assistant([{"type": "text", "text": text}])
+
+
+def tool_result(tool_use_id: str, text: str, is_error: bool) -> None:
+    block = {"tool_use_id": tool_use_id, "type": "tool_result", "content": text}
+    emit(
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [{**block, "is_error": is_error}]},
+            "parent_tool_use_id": None,
+            "session_id": SESSION,
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+
+
+def ask(
+    tools: list[tuple[str, dict[str, Any]]], withdraw_first: bool
+) -> list[dict[str, Any] | None]:
+    """Ask for permission to use these tools at once; their answers (None: withdrawn)."""
+    requests = []
+    assistant(
+        [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": t, "input": i}
+            for n, (t, i) in enumerate(tools)
+        ]
+    )
+    state("requires_action")
+    for n, (tool, tool_input) in enumerate(tools):
+        request: dict[str, Any] = {
+            "subtype": "can_use_tool",
+            "tool_name": tool,
+            "display_name": tool,
+            "input": tool_input,
+            "tool_use_id": f"toolu_{n}",
+        }
+        if tool == "AskUserQuestion":
+            request["requires_user_interaction"] = True
+        else:
+            request["description"] = tool_input.get("description")
+            request["permission_suggestions"] = [
+                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            ]
+        request_id = str(uuid.uuid4())
+        requests.append(request_id)
+        with lock:
+            asking.add(request_id)
+        emit({"type": "control_request", "request_id": request_id, "request": request})
+    if withdraw_first:  # as when another client answered it
+        time.sleep(0.3)
+        withdraw(requests[0])
+    replies = [wait_for(request_id) for request_id in requests]
+    state("running")
+    return replies
+
+
+def wait_for(request_id: str) -> dict[str, Any] | None:
+    with changed:
+        while request_id not in answers and request_id in asking:
+            changed.wait()
+        asking.discard(request_id)
+        return answers.pop(request_id, None)
+
+
+def withdraw(request_id: str) -> None:
+    with changed:
+        asking.discard(request_id)
+        changed.notify_all()
+    emit({"type": "control_cancel_request", "request_id": request_id})
+
+
+def answered(reply: dict[str, Any]) -> str:
+    """The tool_result claude gives the model for an AskUserQuestion answer."""
+    given = ", ".join(
+        f'"{q}"="{",".join(a) if isinstance(a, list) else a}"'
+        for q, a in reply["updatedInput"]["answers"].items()
+    )
+    return f"Your questions have been answered: {given}. You can now continue with these answers in mind."
+
+
+def use_tools(tools: list[tuple[str, dict[str, Any]]], withdraw_first: bool = False) -> str:
+    """Ask for the tools, report what became of each; the turn's final text."""
+    said = []
+    for n, reply in enumerate(ask(tools, withdraw_first)):
+        tool = tools[n][0]
+        if reply is None:
+            said.append(f"{tool} was withdrawn")
+            continue
+        if reply["behavior"] != "allow":
+            tool_result(f"toolu_{n}", reply["message"], is_error=True)
+            said.append(f"{tool} was denied: {reply['message']}")
+        elif tool == "AskUserQuestion":
+            text = answered(reply)
+            tool_result(f"toolu_{n}", text, is_error=False)
+            said.append(f"fake saw: {text}")
+        else:
+            tool_result(f"toolu_{n}", "created", is_error=False)
+            said.append(f"{tool} was allowed: {reply['updatedInput']['command']}")
+    return "; ".join(said)
+
+
+def bash(command: str) -> tuple[str, dict[str, Any]]:
+    return "Bash", {"command": command, "description": "fake command"}
+
+
+def slow() -> str:
+    """Work until a message comes: `next` ones join this turn, `later` ones wait for theirs."""
+    for _ in range(100):
+        time.sleep(0.05)
+        with lock:
+            if agent.aborted:
+                break
+            taken = [text for text, priority in queue if priority == "next"]
+            queue[:] = [(text, priority) for text, priority in queue if priority != "next"]
+            waiting = bool(queue)
+        for text in taken:
+            say(f"took into account: {text}")
+        if taken or waiting:
+            break
+    return "done: SLOW"
+
+
+def turn(text: str) -> None:
+    """One turn: system/init, the work, one result."""
+    emit(
+        {
+            "type": "system",
+            "subtype": "init",
+            "cwd": os.getcwd(),
+            "session_id": SESSION,
+            "tools": ["Task", "AskUserQuestion", "Bash", "Edit", "Read", "Write"],
+            "mcp_servers": [],
+            "model": "claude-opus-5-5",
+            "permissionMode": "default",
+            "apiKeySource": "none",
+            "claude_code_version": "2.1.332",
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+    emit({"type": "system", "subtype": "status", "status": "requesting", "session_id": SESSION})
+    result: dict[str, Any] = {"subtype": "success", "is_error": False, "stop_reason": "end_turn"}
+    if "NOAUTH" in text:
+        text = "Not logged in · Please run /login"
+        assistant(
+            [{"type": "text", "text": text}],
+            error="authentication_failed",
+            is_api_error_message=True,
+        )
+        result.update(
+            is_error=True, result=text, stop_reason="stop_sequence", terminal_reason="api_error"
+        )
+    else:
+        if "ASKQ" in text:
+            reply = use_tools([("AskUserQuestion", {"questions": [ASKQ]})])
+        elif "ASKMANY" in text:
+            reply = use_tools([("AskUserQuestion", {"questions": [ASKQ, ASKFEATURES]})])
+        elif "RUNBASH" in text:
+            reply = use_tools([bash("touch created-by-fake.txt && echo created")])
+        elif "TWOBASH" in text:
+            reply = use_tools([bash("echo one"), bash("echo two")])
+        elif "WITHDRAW" in text:
+            reply = use_tools([("AskUserQuestion", {"questions": [ASKQ]})], withdraw_first=True)
+        elif "SLOW" in text:
+            reply = slow()
+        else:
+            reply = f"done: {text}"
+        with lock:
+            was_aborted, agent.aborted = agent.aborted, False
+        if was_aborted:
+            say("chunk0 ")
+            interrupted = {"type": "text", "text": "[Request interrupted by user]"}
+            emit(
+                {
+                    "type": "user",
+                    "message": {"role": "user", "content": [interrupted]},
+                    "parent_tool_use_id": None,
+                    "session_id": SESSION,
+                    "uuid": str(uuid.uuid4()),
+                }
+            )
+            result.update(
+                subtype="error_during_execution",
+                is_error=True,
+                result=None,
+                stop_reason=None,
+                terminal_reason="aborted_streaming",
+                errors=["[ede_diagnostic] result_type=user last_content_type=n/a stop_reason=null"],
+            )
+        else:
+            say(reply)
+            result.update(result=reply, terminal_reason="completed")
+    with lock:
+        queued = len(queue)
+        index, agent.results = agent.results, agent.results + 1
+        agent.last_error = result["is_error"]
+    emit(
+        {
+            "type": "result",
+            **result,
+            "duration_ms": 12,
+            "duration_api_ms": 10,
+            "num_turns": 1,
+            "session_id": SESSION,
+            "total_cost_usd": 0,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+            "modelUsage": {},
+            "permission_denials": [],
+            "queued_turn_count": queued,
+            "result_index": index,
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+
+
+def run(text: str) -> None:
+    """Turns while there is work; `idle` once the queue is empty."""
+    work: str | None = text
+    while True:
+        state("running")
+        while work is not None:
+            turn(work)
+            with lock:
+                work = queue.pop(0)[0] if queue else None
+        state("idle")
+        with lock:
+            if not queue:
+                agent.busy = False
+                return
+            work = queue.pop(0)[0]
+
+
+def control(request_id: str, request: dict[str, Any]) -> None:
+    if request.get("subtype") != "interrupt":
+        error = f"Unsupported control request subtype: {request.get('subtype')}"
+        response = {"subtype": "error", "request_id": request_id, "error": error}
+        emit(
+            {
+                "type": "control_response",
+                "response": {**response, "error_code": "unsupported_request"},
+            }
+        )
+        return
+    with changed:
+        if agent.busy:
+            agent.aborted = True
+        if request.get("cancel_queued"):
+            queue.clear()
+        pending = list(asking)
+    emit(
+        {
+            "type": "control_response",
+            "response": {
+                "subtype": "success",
+                "request_id": request_id,
+                "response": {"still_queued": []},
+            },
+        }
+    )
+    for pending_id in pending:
+        withdraw(pending_id)
+
+
+def main() -> None:
+    runner: threading.Thread | None = None
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            print(
+                f"Error parsing streaming input line (type=unknown, {len(line)} chars): SyntaxError",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(1)
+        print(
+            f"fake-claude got {json.dumps(message, ensure_ascii=False)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        kind = message.get("type")
+        if kind == "user":
+            text = message["message"]["content"]
+            with lock:
+                if agent.busy:
+                    queue.append((text, message.get("priority", "next")))
+                    continue
+                agent.busy = True
+            runner = threading.Thread(target=run, args=(text,), daemon=True)
+            runner.start()
+        elif kind == "control_response":
+            response = message["response"]
+            with changed:
+                if response["request_id"] in asking:
+                    answers[response["request_id"]] = response["response"]
+                    changed.notify_all()
+        elif kind == "control_request":
+            control(message["request_id"], message["request"])
+    print("fake-claude: stdin closed", file=sys.stderr, flush=True)
+    with changed:
+        asking.clear()  # what is still asked goes unanswered
+        changed.notify_all()
+    if runner is not None:  # finish the turns, queued ones too
+        runner.join(timeout=10)
+    sys.exit(1 if agent.last_error else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+"""The claude-code adapter end to end under `crew run`, against a fake `claude` that speaks its
+stream-json protocol; and, driven line by line, the races a fake cannot time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import clock, ids, ops
+from crew.adapters import AgentError, TurnEnd
+from crew.adapters.claude_code import ClaudeCodeAdapter
+from crew.config import AgentConfig
+from crew.models import MailboxMessage, Task
+from crew.paths import Home
+from crew.protocol import Contact
+from crew.registry import (
+    Box,
+    ContactType,
+    Direction,
+    EventType,
+    MessageKind,
+    MessageStatus,
+    Priority,
+    RunStatus,
+    TaskStatus,
+)
+from crew.waiting import Until, wait_for_run
+
+FAKE = Path(__file__).parent / "fakes" / "claude.py"
+STATES = "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"
+DATABASE = "Which database should we use?"
+FEATURES = "Which features do you want?"
+
+
+def start(tmp_path: Path, home: Home, prompt: str, **agent: Any) -> tuple[Leader, Any]:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": prompt}],
+        command=[sys.executable, str(FAKE)],
+        agent={"protocol": "claude-code", **agent},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    return leader, store_of(home, leader.run_id)
+
+
+def log(store: Any) -> str:
+    path = store.paths.log("t")
+    return path.read_text() if path.exists() else ""
+
+
+def sent(store: Any) -> list[dict[str, Any]]:
+    """What the fake claude received, in order."""
+    lines = log(store).splitlines()
+    return [
+        json.loads(line.split(" ", 2)[2]) for line in lines if line.startswith("fake-claude got ")
+    ]
+
+
+def answers(store: Any) -> list[dict[str, Any]]:
+    """The `response` of each control_response crew sent."""
+    return [m["response"]["response"] for m in sent(store) if m["type"] == "control_response"]
+
+
+def notes(store: Any) -> list[str]:
+    return [m.body for m in store.messages(Box.OUTBOX) if m.kind is MessageKind.REPORT]
+
+
+def user(text: str, **extra: Any) -> dict[str, Any]:
+    """A user message as crew writes it."""
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "parent_tool_use_id": None,
+        "session_id": "default",
+        **extra,
+    }
+
+
+def test_a_question_with_options_is_a_selection_answered_by_its_text(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
+    assert task.contact.prompt == DATABASE and task.contact.options == ["Postgres", "SQLite"]
+    ops.respond(store, "t", "SQLite", session=SESSION)
+
+    assert leader.finish() == 0
+    assert sent(store)[0] == user("ASKQ")
+    (answer,) = answers(store)
+    assert answer["behavior"] == "allow"
+    assert answer["updatedInput"]["answers"] == {DATABASE: "SQLite"}
+    assert answer["updatedInput"]["questions"][0]["question"] == DATABASE  # the input, kept
+    assert f'\\"{DATABASE}\\"=\\"SQLite\\"' in log(store)  # the model saw the answer
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_several_questions_are_one_input_answered_by_a_json_object(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKMANY")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert task.contact.prompt.splitlines()[1:] == [
+        f"1. {DATABASE} [Postgres|SQLite]",
+        f"2. {FEATURES} [Auth|Search|Export] (any of them)",
+    ]
+    body = json.dumps({DATABASE: "SQLite", FEATURES: ["Auth", "Search"]})
+    ops.respond(store, "t", body, session=SESSION)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)
+    assert answer["updatedInput"]["answers"] == {DATABASE: "SQLite", FEATURES: ["Auth", "Search"]}
+    assert f'\\"{FEATURES}\\"=\\"Auth,Search\\"' in log(store)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("yes", "Bash was allowed: touch created-by-fake.txt && echo created"),
+        ("no, not today", "Bash was denied: Denied by the crew supervisor: no, not today"),
+    ],
+    ids=["yes", "no"],
+)
+def test_a_permission_request_is_a_confirmation_only_a_yes_allows(
+    tmp_path: Path, home: Home, body: str, said: str
+) -> None:
+    leader, store = start(tmp_path, home, "RUNBASH")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.prompt == (
+        "Allow Bash: fake command — touch created-by-fake.txt && echo created?"
+    )
+    ops.respond(store, "t", body, session=SESSION)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)
+    if body == "yes":
+        assert answer == {
+            "behavior": "allow",
+            "updatedInput": {
+                "command": "touch created-by-fake.txt && echo created",
+                "description": "fake command",
+            },
+        }
+    else:
+        assert answer == {
+            "behavior": "deny",
+            "message": "Denied by the crew supervisor: no, not today",
+        }
+    assert said in log(store)
+
+
+@pytest.mark.parametrize("approvals", ["allow", "deny"])
+def test_approvals_allow_or_deny_answer_at_once_and_say_so(
+    tmp_path: Path, home: Home, approvals: str
+) -> None:
+    leader, store = start(tmp_path, home, "RUNBASH", approvals=approvals)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)
+    assert answer["behavior"] == approvals
+    verb = "allowed" if approvals == "allow" else "denied"
+    assert notes(store) == [
+        f"{verb} Bash: fake command — touch created-by-fake.txt && echo created"
+        f" (approvals = {approvals})"
+    ]
+    events = [e.type for e in store.events().records]
+    assert EventType.TASK_WAITING not in events and EventType.SUPERVISOR_CONTACT not in events
+
+
+def test_two_requests_are_asked_one_after_the_other(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "TWOBASH")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert (
+        task.contact is not None and task.contact.prompt == "Allow Bash: fake command — echo one?"
+    )
+    ops.respond(store, "t", "yes", session=SESSION)
+    asked = eventually(lambda: store.state().tasks["t"].contact)
+    assert asked.prompt == "Allow Bash: fake command — echo two?"
+    ops.respond(store, "t", "no", session=SESSION)
+
+    assert leader.finish() == 0
+    assert [a["behavior"] for a in answers(store)] == ["allow", "deny"]
+    assert "Bash was allowed: echo one; Bash was denied" in log(store)
+
+
+def test_a_withdrawn_question_stops_the_task_waiting(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "WITHDRAW")
+    wait_for_run(store, Until.WAITING, timeout=20)
+
+    assert leader.finish() == 0  # nothing to answer any more: the turn ends, the task completes
+    assert sent(store) == [user("WITHDRAW")]
+    withdrawn = [e for e in store.events().records if e.type is EventType.SUPERVISOR_WITHDRAWN]
+    assert len(withdrawn) == 1 and withdrawn[0].message is not None
+    assert withdrawn[0].message.endswith(": claude withdrew it")
+    assert store.state().tasks["t"].contact is None
+
+
+def test_a_steer_mid_turn_joins_it(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "SLOW")
+    eventually(lambda: sent(store))
+
+    ops.steer(store, "t", "also bananas", session=SESSION)
+
+    assert leader.finish() == 0
+    assert sent(store)[1] == user("also bananas", priority="next")
+    assert "took into account: also bananas" in log(store)
+    assert log(store).count('"type": "result"') == 1
+
+
+@pytest.mark.parametrize("states", [True, False], ids=["idle-ends-it", "result-ends-it"])
+def test_a_follow_up_mid_turn_is_its_own_turn_after_it(
+    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch, states: bool
+) -> None:
+    leader, store = start(tmp_path, home, "SLOW", **({} if states else {"env": {STATES: "0"}}))
+    eventually(lambda: sent(store))
+
+    ops.follow_up(store, "t", "second job", session=SESSION)
+
+    assert leader.finish() == 0
+    assert sent(store)[1] == user("second job", priority="later")
+    output = log(store)
+    # The two results came back to back; stdin was closed only after the second.
+    assert output.index('"result_index": 1') < output.index("fake-claude: stdin closed")
+    assert "done: second job" in output
+    assert ('"state": "idle"' in output) is states
+
+
+def test_a_follow_up_after_the_turn_starts_a_new_turn_while_the_agent_is_kept_open(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "first job", keepOpen="800ms")
+    eventually(lambda: '"state": "idle"' in log(store))
+
+    ops.follow_up(store, "t", "second job", session=SESSION)
+
+    assert leader.finish() == 0
+    assert sent(store)[1] == user("second job")  # claude was idle: no priority
+    assert "done: second job" in log(store)
+    assert store.state().run.status is RunStatus.COMPLETED
+
+
+def test_stopping_a_task_interrupts_claude_first(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "SLOW", timeout="500ms")
+
+    assert leader.finish() == 1
+    assert sent(store)[-1] == {
+        "type": "control_request",
+        "request_id": "crew-interrupt-1",
+        "request": {"subtype": "interrupt", "cancel_queued": True},
+    }
+    assert '"terminal_reason": "aborted_streaming"' in log(store)  # it wound down by itself
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED and task.error == "timed out after 500ms of running"
+
+
+def test_cancel_stops_the_agent(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "SLOW")
+    eventually(lambda: sent(store))
+
+    ops.cancel(store, session=SESSION)
+
+    assert leader.finish() == 1
+    assert store.state().tasks["t"].status is TaskStatus.CANCELLED
+
+
+def test_not_being_logged_in_fails_the_task_with_claudes_reason(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "NOAUTH")
+
+    assert leader.finish() == 1
+    task = store.state().tasks["t"]  # claude exited 1 after the turn: its reason is kept
+    assert task.status is TaskStatus.FAILED
+    assert (
+        task.error
+        == "claude: not logged in (authentication_failed): Not logged in · Please run /login"
+    )
+
+
+# ---------------------------------------------------------------------- line by line
+
+
+def adapter(**config: Any) -> ClaudeCodeAdapter:
+    """An adapter whose first turn runs, with session state events."""
+    claude = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code", **config))
+    claude.start(Task(id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING))
+    claude.on_line(line(type="system", subtype="session_state_changed", state="running"))
+    return claude
+
+
+def message(kind: MessageKind, body: str) -> MailboxMessage:
+    return MailboxMessage(
+        id=ids.new_message_id(),
+        direction=Direction.INBOX,
+        kind=kind,
+        from_="leader",
+        to="t",
+        task_id="t",
+        body=body,
+        status=MessageStatus.PENDING,
+        priority=Priority.NORMAL,
+        sent_at=clock.now(),
+    )
+
+
+def line(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+def result(reason: str = "completed", **fields: Any) -> str:
+    return line(type="result", subtype="success", terminal_reason=reason, **fields)
+
+
+IDLE = line(type="system", subtype="session_state_changed", state="idle")
+
+
+def ask(request_id: str, tool: str, tool_input: dict[str, Any]) -> str:
+    request = {"subtype": "can_use_tool", "tool_name": tool, "input": tool_input}
+    return line(type="control_request", request_id=request_id, request=request)
+
+
+def test_an_idle_before_the_result_for_a_newer_message_does_not_end_the_turn() -> None:
+    claude = adapter()
+    assert claude.on_line(result(is_error=False)).signals == []  # `idle` will tell
+    follow = json.loads(claude.deliver(message(MessageKind.FOLLOW_UP, "more")).write)
+    assert follow["priority"] == "later"
+
+    assert claude.on_line(IDLE).signals == []  # the idle of the turn before: "more" is due
+    claude.on_line(result(is_error=False))
+    assert claude.on_line(IDLE).signals == [TurnEnd(None)]
+    assert claude.on_line(IDLE).signals == []  # once
+
+
+def test_a_turn_fails_on_its_terminal_reason_not_only_is_error() -> None:
+    claude = adapter()
+    claude.on_line(result("max_turns", is_error=False, result="Reached the maximum turns"))
+    assert claude.on_line(IDLE).signals == [TurnEnd("Reached the maximum turns")]
+
+    claude.deliver(message(MessageKind.FOLLOW_UP, "again"))
+    claude.on_line(result("aborted_tools", is_error=False, result=None))
+    assert claude.on_line(IDLE).signals == [TurnEnd("aborted")]
+
+
+def test_without_state_events_a_result_ends_the_turn_unless_turns_are_queued() -> None:
+    claude = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code"))
+    claude.start(Task(id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING))
+
+    assert claude.on_line(result(queued_turn_count=1)).signals == []
+    assert claude.on_line(result(queued_turn_count=0)).signals == [TurnEnd(None)]
+
+
+def test_a_withdrawn_open_question_gives_way_to_the_next() -> None:
+    claude = adapter()
+    first = claude.on_line(ask("r1", "Bash", {"command": "ls", "description": "List files"}))
+    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Allow Bash: List files — ls?")]
+    assert claude.on_line(ask("r2", "Write", {"file_path": "a.txt"})).signals == []
+
+    nxt = claude.on_line(line(type="control_cancel_request", request_id="r1"))
+    assert nxt.signals == [
+        Contact(ContactType.NEED_CONFIRMATION, 'Allow Write: {"file_path": "a.txt"}?')
+    ]
+    answer = json.loads(claude.deliver(message(MessageKind.RESPOND, "y")).write)
+    assert answer["response"]["request_id"] == "r2"
+
+
+def test_claudes_own_requests_crew_does_not_know_are_refused_and_its_refusals_reported() -> None:
+    claude = adapter()
+    request = {"subtype": "elicitation", "mcp_server_name": "x", "message": "?"}
+    refusal = json.loads(
+        claude.on_line(line(type="control_request", request_id="e1", request=request)).write
+    )
+    assert refusal == {
+        "type": "control_response",
+        "response": {
+            "subtype": "error",
+            "request_id": "e1",
+            "error": "crew does not handle elicitation requests",
+        },
+    }
+    error = {"subtype": "error", "request_id": "crew-interrupt-1", "error": "no"}
+    assert claude.on_line(line(type="control_response", response=error)).signals == [
+        AgentError("claude refused crew-interrupt-1: no")
+    ]
+    assert claude.on_line("not json").signals == []
+    assert claude.on_line('["a list"]').signals == []
+
+
+def test_one_text_answers_every_question_and_a_multi_select_one_is_an_input() -> None:
+    claude = adapter()
+    questions = [
+        {"question": "Q?", "options": [{"label": "A"}, {"label": "B"}], "multiSelect": True}
+    ]
+    (contact,) = claude.on_line(ask("r1", "AskUserQuestion", {"questions": questions})).signals
+    assert contact == Contact(ContactType.NEED_INPUT, "Q? [A|B] (any of them)")
+    answer = json.loads(claude.deliver(message(MessageKind.RESPOND, "A, B")).write)
+    assert answer["response"]["response"]["updatedInput"]["answers"] == {"Q?": "A, B"}

@@ -1,0 +1,389 @@
+"""The codex adapter end to end under `crew run`, against a fake `codex app-server` that speaks its
+JSON-RPC protocol; and, driven line by line, the races a fake cannot time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+import crew
+from crew import clock, ids, ops
+from crew.adapters import AgentError, TurnEnd, Withdrawn
+from crew.adapters.codex import CodexAdapter
+from crew.config import AgentConfig
+from crew.models import MailboxMessage, Task
+from crew.paths import Home
+from crew.protocol import Contact
+from crew.registry import (
+    Box,
+    ContactType,
+    Direction,
+    MessageKind,
+    MessageStatus,
+    Priority,
+    RunStatus,
+    TaskStatus,
+)
+from crew.waiting import Until, wait_for_run
+
+FAKE = Path(__file__).parent / "fakes" / "codex.py"
+
+
+def start(tmp_path: Path, home: Home, prompt: str, **agent: Any) -> tuple[Leader, Any]:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": prompt}],
+        command=[sys.executable, str(FAKE)],
+        agent={"protocol": "codex", **agent},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    return leader, store_of(home, leader.run_id)
+
+
+def log(store: Any) -> str:
+    path = store.paths.log("t")
+    return path.read_text() if path.exists() else ""
+
+
+def lines(store: Any) -> list[str]:
+    """The log's complete lines (the leader may be writing the last one)."""
+    return log(store).split("\n")[:-1]
+
+
+def sent(store: Any) -> list[dict[str, Any]]:
+    """What the fake codex received, in order."""
+    return [
+        json.loads(line.split(" ", 2)[2])
+        for line in lines(store)
+        if line.startswith("fake-codex got ")
+    ]
+
+
+def said(store: Any, method: str) -> list[dict[str, Any]]:
+    """The params of the notifications (or server requests) the fake codex sent, in order."""
+    messages = [json.loads(line) for line in lines(store) if line.startswith("{")]
+    return [m["params"] for m in messages if m.get("method") == method]
+
+
+def answer(store: Any) -> dict[str, Any]:
+    """Our answer to the fake's (only) server request."""
+    (reply,) = [m for m in sent(store) if "result" in m]
+    return reply
+
+
+def notes(store: Any) -> list[str]:
+    return [m.body for m in store.messages(Box.OUTBOX) if m.kind is MessageKind.REPORT]
+
+
+def test_the_handshake_comes_in_order_before_the_first_turn(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "hello")
+
+    assert leader.finish() == 0
+    (thread,) = said(store, "thread/started")
+    assert sent(store) == [
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "clientInfo": {"name": "crew", "title": "crew", "version": crew.__version__},
+                "capabilities": {"experimentalApi": True},
+            },
+        },
+        {"method": "initialized"},
+        {
+            "id": 2,
+            "method": "thread/start",
+            "params": {"approvalPolicy": "on-request", "ephemeral": True},
+        },
+        {
+            "id": 3,
+            "method": "turn/start",
+            "params": {
+                "threadId": thread["thread"]["id"],
+                "input": [{"type": "text", "text": "hello"}],
+            },
+        },
+    ]
+    assert "done: hello" in log(store)
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_a_question_with_options_is_a_selection_answered_by_its_id(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
+    assert task.contact.prompt == "Database: Which database should we use?"
+    assert task.contact.options == ["Postgres (Recommended)", "SQLite"]
+    ops.respond(store, "t", "SQLite", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"answers": {"db": {"answers": ["SQLite"]}}}}
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_several_questions_are_one_input_answered_by_a_json_object(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKMANY")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert "db: Database: Which database should we use? [Postgres (Recommended)|SQLite]" in (
+        task.contact.prompt
+    )
+    assert "name: Name: What is the project called?" in task.contact.prompt
+    ops.respond(
+        store, "t", '{"db": "SQLite", "What is the project called?": "crew"}', session=SESSION
+    )
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {
+        "answers": {"db": {"answers": ["SQLite"]}, "name": {"answers": ["crew"]}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("reply", "decision", "outcome"),
+    [("yes", "accept", "the command ran"), ("no, not now", "decline", "the command was declined")],
+)
+def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
+    tmp_path: Path, home: Home, reply: str, decision: str, outcome: str
+) -> None:
+    leader, store = start(tmp_path, home, "RUNCMD")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.prompt == (
+        "Run `/bin/bash -lc 'touch created.txt'`? (it writes outside the sandbox)"
+    )
+    ops.respond(store, "t", reply, session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"decision": decision}}
+    assert outcome in log(store)
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_with_approvals_deny_a_command_is_declined_without_asking(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "RUNCMD", approvals="deny")
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"decision": "decline"}}
+    assert [m for m in store.messages(Box.OUTBOX) if m.kind is MessageKind.CONTACT] == []
+    assert notes(store) == [
+        "codex: declined (approvals = deny): Run `/bin/bash -lc 'touch created.txt'`? "
+        "(it writes outside the sandbox)"
+    ]
+
+
+def test_with_approvals_allow_permissions_are_granted_as_asked(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "PERMS", approvals="allow")
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {
+        "permissions": {"network": {"enabled": True}, "fileSystem": None},
+        "scope": "turn",
+    }
+    assert notes(store) == [
+        "codex: accepted (approvals = allow): Grant network access? (it fetches a page)"
+    ]
+
+
+def test_a_file_change_approval_names_the_files_of_its_item(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "EDIT")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.prompt == (
+        "Apply changes to src/app.py (update), NOTES.md (add)? (it edits two files)"
+    )
+    ops.respond(store, "t", "yes", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"decision": "accept"}}
+    assert "the changes were applied" in log(store)
+
+
+def test_a_steer_mid_turn_steers_the_active_turn(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "SLOW")
+    (started,) = eventually(lambda: said(store, "turn/started"))
+
+    ops.steer(store, "t", "also bananas", session=SESSION)
+
+    assert leader.finish() == 0
+    steer = next(m for m in sent(store) if m.get("method") == "turn/steer")
+    assert steer["params"] == {
+        "threadId": started["threadId"],
+        "input": [{"type": "text", "text": "also bananas"}],
+        "expectedTurnId": started["turn"]["id"],
+    }
+    assert "took into account: also bananas" in log(store)
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_a_follow_up_during_a_turn_is_a_new_turn_once_it_completes(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "SLOW")
+    eventually(lambda: said(store, "turn/started"))
+
+    ops.follow_up(store, "t", "second job", session=SESSION)
+
+    assert leader.finish() == 0
+    logged = lines(store)
+    first_end = next(i for i, line in enumerate(logged) if '"turn/completed"' in line)
+    follow = next(
+        i for i, line in enumerate(logged) if "fake-codex got" in line and "second job" in line
+    )
+    assert first_end < follow
+    assert json.loads(logged[follow].split(" ", 2)[2])["method"] == "turn/start"
+    assert "took into account: second job" not in log(store)
+    assert "done: second job" in log(store)
+    assert len(said(store, "turn/completed")) == 2
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def test_a_follow_up_after_the_turn_starts_a_new_turn_while_the_agent_is_kept_open(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "first job", keepOpen="800ms")
+    eventually(lambda: "done: first job" in log(store))
+
+    ops.follow_up(store, "t", "second job", session=SESSION)
+
+    assert leader.finish() == 0
+    follow = sent(store)[-1]
+    assert follow["method"] == "turn/start"
+    assert follow["params"]["input"] == [{"type": "text", "text": "second job"}]
+    assert "done: second job" in log(store)
+    assert store.state().run.status is RunStatus.COMPLETED
+
+
+def test_stopping_a_task_interrupts_its_turn_first(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "SLOW", timeout="500ms")
+
+    assert leader.finish() == 1
+    (started,) = said(store, "turn/started")
+    assert sent(store)[-1] == {
+        "id": 4,
+        "method": "turn/interrupt",
+        "params": {"threadId": started["threadId"], "turnId": started["turn"]["id"]},
+    }
+    assert said(store, "turn/completed")[0]["turn"]["status"] == "interrupted"  # wound down
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED and task.error == "timed out after 500ms of running"
+
+
+def test_a_failed_turn_fails_the_task_with_its_error(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "FAIL")
+
+    assert leader.finish() == 1
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED and task.error == "mock: forced failure"
+
+
+def test_retry_notices_are_a_note_and_do_not_fail_the_task(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "RETRY")
+
+    assert leader.finish() == 0
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    assert notes(store) == ["codex: retrying: Reconnecting... 1/5"]
+
+
+# ---------------------------------------------------------------------- line by line
+
+
+def adapter() -> tuple[CodexAdapter, str]:
+    """An adapter past the handshake whose first turn is active; and that turn's id."""
+    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    codex.start(Task(id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING))
+    codex.on_line(line(id=1, result={}))
+    codex.on_line(line(id=2, result={"thread": {"id": "th"}}))
+    codex.on_line(line(id=3, result={"turn": {"id": "t1", "status": "inProgress"}}))
+    return codex, "t1"
+
+
+def message(kind: MessageKind, body: str) -> MailboxMessage:
+    return MailboxMessage(
+        id=ids.new_message_id(),
+        direction=Direction.INBOX,
+        kind=kind,
+        from_="leader",
+        to="t",
+        task_id="t",
+        body=body,
+        status=MessageStatus.PENDING,
+        priority=Priority.NORMAL,
+        sent_at=clock.now(),
+    )
+
+
+def line(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+def completed(turn: str, status: str = "completed", **fields: Any) -> str:
+    return line(
+        method="turn/completed",
+        params={"threadId": "th", "turn": {"id": turn, "status": status, **fields}},
+    )
+
+
+def test_a_steer_that_meets_the_end_of_the_turn_becomes_a_new_turn() -> None:
+    codex, turn = adapter()
+    steer = json.loads(codex.deliver(message(MessageKind.STEER, "also bananas")).write)
+    assert steer["method"] == "turn/steer" and steer["params"]["expectedTurnId"] == turn
+
+    assert codex.on_line(completed(turn)).signals == []  # not idle while the steer is unanswered
+    retried = codex.on_line(
+        line(id=steer["id"], error={"code": -32600, "message": "no active turn to steer"})
+    )
+    assert json.loads(retried.write) == {
+        "id": steer["id"] + 1,
+        "method": "turn/start",
+        "params": {"threadId": "th", "input": [{"type": "text", "text": "also bananas"}]},
+    }
+    assert retried.signals == []
+    codex.on_line(line(id=steer["id"] + 1, result={"turn": {"id": "t2", "status": "inProgress"}}))
+    assert codex.on_line(completed("t2")).signals == [TurnEnd(None)]
+
+
+def test_a_failed_turn_that_a_follow_up_overtakes_is_an_error_not_the_end() -> None:
+    codex, turn = adapter()
+    assert codex.deliver(message(MessageKind.FOLLOW_UP, "more")).write == b""
+
+    reaction = codex.on_line(completed(turn, "failed", error={"message": "boom"}))
+
+    assert reaction.signals == [AgentError("codex: boom")]
+    assert json.loads(reaction.write)["params"]["input"] == [{"type": "text", "text": "more"}]
+
+
+def test_withdrawn_questions_give_way_and_a_late_answer_is_a_message() -> None:
+    codex, turn = adapter()
+    ask = {"threadId": "th", "turnId": turn, "itemId": "i", "command": "make", "cwd": "."}
+    first = codex.on_line(line(method="item/commandExecution/requestApproval", id=0, params=ask))
+    second = codex.on_line(line(method="item/commandExecution/requestApproval", id=1, params=ask))
+    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")]
+    assert second.signals == []  # asked once the first is settled
+
+    resolved = {"threadId": "th", "requestId": 0}
+    assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [
+        Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")  # the second question
+    ]
+    resolved = {"threadId": "th", "requestId": 1}
+    assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [
+        Withdrawn("codex no longer needs the answer")
+    ]
+    late = json.loads(codex.deliver(message(MessageKind.RESPOND, "yes")).write)
+    assert late["method"] == "turn/steer" and late["params"]["expectedTurnId"] == turn
