@@ -105,7 +105,7 @@ def _run_with_history(root: Path, events: int) -> RunStore:
                 handle.write(b"".join(batch))
                 batch.clear()
         handle.write(b"".join(batch))
-    store.paths.applied.write_text(f"{seq}\n")
+    store._write_applied(seq)  # the marker, as a transaction writes it
     return store
 
 

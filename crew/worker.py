@@ -227,7 +227,7 @@ class Worker:
         self._decide(Decision("pick", item, "most urgent queued item"))
         return item
 
-    def begin(self, body: str, *, kind: str = "followUp") -> Message:
+    def begin(self, body: str, *, kind: MessageKind = MessageKind.FOLLOW_UP) -> Message:
         """Focus on the task's own work (its prompt), so checkpoints can interrupt it too.
 
         It behaves as a queued item of `kind` that was picked: a steer preempts it, and it
@@ -235,7 +235,7 @@ class Worker:
         """
         if self.focus is not None:
             self.done()
-        self.focus = Message(id=TASK_ITEM, kind=MessageKind(kind), body=body)
+        self.focus = Message(id=TASK_ITEM, kind=kind, body=body)
         self._decide(Decision("pick", self.focus, "the task's own work"))
         return self.focus
 

@@ -11,12 +11,6 @@ import typer
 from crew.cli.common import HomeOption, JsonOption, home_from, print_json, say
 
 
-def register(app: typer.Typer) -> None:
-    app.command("init")(init)
-    app.command("doctor")(doctor)
-    app.command("schema")(schema)
-
-
 def init(
     directory: Annotated[
         Path | None,

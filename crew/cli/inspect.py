@@ -19,14 +19,6 @@ from crew.cli.common import (
 from crew.registry import Box, MessageStatus, RunStatus
 
 
-def register(app: typer.Typer) -> None:
-    app.command("runs")(runs)
-    app.command("status")(status)
-    app.command("mailbox")(mailbox)
-    app.command("events")(events)
-    app.command("watch")(watch)
-
-
 def runs(
     status: Annotated[
         RunStatus | None, typer.Option("--status", help="Only runs with this status.")

@@ -34,13 +34,6 @@ NoInputOption = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    app.command("run")(run)
-    app.command("resume")(resume)
-    app.command("wait")(wait)
-    app.command("logs")(logs)
-
-
 def run(
     crew_toml: Annotated[
         Path | None,

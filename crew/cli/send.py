@@ -60,15 +60,6 @@ TimeoutOption = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    app.command("respond")(respond)
-    app.command("steer")(steer)
-    app.command("follow-up")(follow_up)
-    app.command("nudge")(nudge)
-    app.command("cancel")(cancel)
-    app.command("handoff")(handoff)
-
-
 def respond(
     run: RunArgument,
     task: TaskArgument,
