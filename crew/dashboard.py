@@ -20,7 +20,7 @@ from crew import clock
 from crew.errors import CrewError
 from crew.follow import Watcher, watch_folders
 from crew.models import Event, Task
-from crew.protocol import strip_ansi
+from crew.protocol import Ack, Contact, Decision, Report, parse_line, strip_ansi
 from crew.registry import Box, ContactType, TaskStatus
 from crew.run import RunState, RunStore
 from crew.store import jsonl
@@ -47,7 +47,11 @@ class View:
 
 
 def last_line(path: os.PathLike[str] | str) -> str:
-    """The last non-empty line of a log, read from its end, escape sequences removed."""
+    """What a worker said last: the last line of its log worth showing, read from the end.
+
+    Escape sequences are removed; `@supervisor` reports read `progress: …`; acks and decisions
+    (bookkeeping, not news) are passed over.
+    """
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, os.SEEK_END)
@@ -57,6 +61,11 @@ def last_line(path: os.PathLike[str] | str) -> str:
         return ""
     for raw in reversed(tail.splitlines()):
         text = strip_ansi(raw.decode("utf-8", errors="replace")).strip()
+        said = parse_line(text)
+        if isinstance(said, Ack | Decision):
+            continue
+        if isinstance(said, Report | Contact):
+            return f"{said.type}: {said.text if isinstance(said, Report) else said.prompt}"
         if text:
             return text
     return ""

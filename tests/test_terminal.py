@@ -16,7 +16,7 @@ from leaders import eventually, store_of, write_crew
 from crew.paths import Home
 from crew.registry import RunStatus
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+NO_TMUX = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
 class Terminal:
@@ -66,6 +66,7 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         term.close()
 
 
+@NO_TMUX
 def test_the_live_view_shows_the_question_and_takes_the_answer(
     terminal: Terminal, home: Home
 ) -> None:
@@ -86,6 +87,7 @@ def test_the_live_view_shows_the_question_and_takes_the_answer(
     assert "got respond sqlite" in store.paths.log("plan").read_text()
 
 
+@NO_TMUX
 def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: Home) -> None:
     terminal.shows("⏎ answer plan's question")
 
@@ -97,6 +99,7 @@ def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: H
     assert store_of(home, run_id).state().run.status is RunStatus.RUNNING  # resumable
 
 
+@NO_TMUX
 def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
     tmp_path: Path, home: Home
 ) -> None:
@@ -134,6 +137,7 @@ def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
     assert "got respond yes please" in store_of(home, run_id).paths.log("ask").read_text()
 
 
+@NO_TMUX
 def test_crew_watch_leaves_on_q(tmp_path: Path, home: Home) -> None:
     write_crew(tmp_path, [{"id": "slow", "prompt": "say:busy ; sleep:30"}])
     started = subprocess.run(
@@ -153,3 +157,16 @@ def test_crew_watch_leaves_on_q(tmp_path: Path, home: Home) -> None:
         subprocess.run(
             [sys.executable, "-m", "crew", "cancel", run_id], capture_output=True, check=False
         )
+
+
+def test_the_live_view_shows_what_a_worker_said_last(tmp_path: Path) -> None:
+    from crew.dashboard import last_line
+
+    log = tmp_path / "t.log"
+    log.write_bytes(
+        b"compiling\n\x1b[32m@supervisor progress: 3 of 5\x1b[0m\n"
+        b'@supervisor ack: msg_0123456789abcdef\n@supervisor decision: {"action": "pick"}\n\n'
+    )
+
+    assert last_line(log) == "progress: 3 of 5"
+    assert last_line(tmp_path / "missing.log") == ""
