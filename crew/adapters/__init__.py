@@ -93,6 +93,15 @@ def confirms(answer: str) -> bool:
     return answer.strip().lower() in YES
 
 
+def json_object(line: str) -> dict[str, Any] | None:
+    """A line an agent printed, if it is a JSON object (anything else is plain output)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def json_line(payload: dict[str, Any]) -> bytes:
     """One compact JSON line: what every JSON-lines agent protocol reads."""
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"

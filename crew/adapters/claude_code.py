@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line
+from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -143,11 +143,8 @@ class ClaudeCodeAdapter:
     # ------------------------------------------------------------------ from claude
 
     def on_line(self, line: str) -> Reaction:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return Reaction()
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return Reaction()
         kind = event.get("type")
         if kind == "control_request":

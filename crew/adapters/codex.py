@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew import __version__
-from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line
+from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -151,11 +151,8 @@ class CodexAdapter:
     # ------------------------------------------------------------------ from codex
 
     def on_line(self, line: str) -> Reaction:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return Reaction()
-        if not isinstance(message, dict):
+        message = json_object(line)
+        if message is None:
             return Reaction()
         method, params = message.get("method"), _dict(message.get("params"))
         if method is None:

@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters import AgentError, Reaction, TurnEnd, confirms, json_line
+from crew.adapters import AgentError, Reaction, TurnEnd, confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -93,11 +92,8 @@ class PiAdapter:
     # ------------------------------------------------------------------ from pi
 
     def on_line(self, line: str) -> Reaction:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return Reaction()
-        if not isinstance(event, dict):
+        event = json_object(line)
+        if event is None:
             return Reaction()
         kind = event.get("type")
         if kind == "response":

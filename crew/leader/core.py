@@ -51,7 +51,7 @@ from crew.registry import (
 )
 from crew.run import RunState, RunStore, Txn
 from crew.store import jsonl
-from crew.store.files import FILE_MODE
+from crew.store.files import FILE_MODE, write_all
 
 HEARTBEAT = 1.0
 STOP_GRACE = 5.0
@@ -506,7 +506,7 @@ class Leader:
         if not data:
             self._close_stream(worker, fd)
             return
-        _write_all(worker.log_fd, data)
+        write_all(worker.log_fd, data)
         now = time.monotonic()
         worker.clock.output(now)
         self._unflushed[worker.task_id] = clock.now()
@@ -763,7 +763,7 @@ class Leader:
                     break
                 if not data:
                     break
-                _write_all(worker.log_fd, data)
+                write_all(worker.log_fd, data)
                 if lines:
                     worker.line += data
                     complete = [bytes(line) for line in worker.line.split(b"\n")]
@@ -1138,12 +1138,6 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _drain(fd: int, worker: Worker) -> bool:
     """Read and log what a stream has; False at end of file."""
     try:
@@ -1153,7 +1147,7 @@ def _drain(fd: int, worker: Worker) -> bool:
     except OSError:
         return False
     if data:
-        _write_all(worker.log_fd, data)
+        write_all(worker.log_fd, data)
     return bool(data)
 
 
