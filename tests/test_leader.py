@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import SESSION
 from leaders import Leader, eventually, store_of, write_crew
 
@@ -494,3 +495,20 @@ def test_an_sdk_worker_answers_preempts_and_resumes_under_crew_run(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert f"preempted by {steer.id}" in human and "done: finished" in human
+
+
+def test_a_leader_without_file_events_polls_and_status_says_so(
+    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CREW_FORCE_POLLING", "1")
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, timeout=20)
+
+    from crew.views import run_status
+
+    eventually(lambda: any("the leader polls" in w for w in run_status(store).warnings))
+    ops.respond(store, "t", "still delivered", session=SESSION)  # polling still delivers
+    assert leader.finish() == 0
+    assert "got respond still delivered" in log_of(store, "t")

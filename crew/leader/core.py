@@ -249,6 +249,8 @@ class Leader:
     def lead(self) -> int:
         """Run the loop; returns the exit code (see Outcome)."""
         self._watcher = watch_folders([self.paths.root, self.paths.mailbox_dir])
+        # leader.json says how this leader notices writes (`crew status` warns about polling).
+        self.lease = self.lease.model_copy(update={"watcher": self._watcher.kind})
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         fd = self._watcher.fileno()
         if fd is not None:
