@@ -236,7 +236,6 @@ class Leader:
         self._next_beat = 0.0
         self._next_flush = 0.0
         self._unflushed: dict[str, str] = {}
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
 
