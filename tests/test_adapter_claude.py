@@ -4,71 +4,41 @@ stream-json protocol; and, driven line by line, the races a fake cannot time."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import SESSION
-from leaders import Leader, eventually, store_of, write_crew
+from fake_agents import FakeAgent, line, log, message, notes
+from leaders import eventually
 
-from crew import clock, ids, ops
+from crew import ops
 from crew.adapters import AgentError, TurnEnd
 from crew.adapters.claude_code import ClaudeCodeAdapter
 from crew.config import AgentConfig
-from crew.models import MailboxMessage, Task
+from crew.models import Task
 from crew.paths import Home
 from crew.protocol import Contact
 from crew.registry import (
-    Box,
     ContactType,
-    Direction,
     EventType,
     MessageKind,
-    MessageStatus,
-    Priority,
     RunStatus,
     TaskStatus,
 )
 from crew.waiting import Until, wait_for_run
 
-FAKE = Path(__file__).parent / "fakes" / "claude.py"
+AGENT = FakeAgent("claude", "claude-code")
+start = AGENT.start
+sent = AGENT.sent
 STATES = "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"
 DATABASE = "Which database should we use?"
 FEATURES = "Which features do you want?"
 
 
-def start(tmp_path: Path, home: Home, prompt: str, **agent: Any) -> tuple[Leader, Any]:
-    write_crew(
-        tmp_path,
-        [{"id": "t", "prompt": prompt}],
-        command=[sys.executable, str(FAKE)],
-        agent={"protocol": "claude-code", **agent},
-    )
-    leader = Leader("run", "crew.toml", cwd=tmp_path)
-    return leader, store_of(home, leader.run_id)
-
-
-def log(store: Any) -> str:
-    path = store.paths.log("t")
-    return path.read_text() if path.exists() else ""
-
-
-def sent(store: Any) -> list[dict[str, Any]]:
-    """What the fake claude received, in order."""
-    lines = log(store).splitlines()
-    return [
-        json.loads(line.split(" ", 2)[2]) for line in lines if line.startswith("fake-claude got ")
-    ]
-
-
 def answers(store: Any) -> list[dict[str, Any]]:
     """The `response` of each control_response crew sent."""
     return [m["response"]["response"] for m in sent(store) if m["type"] == "control_response"]
-
-
-def notes(store: Any) -> list[str]:
-    return [m.body for m in store.messages(Box.OUTBOX) if m.kind is MessageKind.REPORT]
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
@@ -296,25 +266,6 @@ def adapter(**config: Any) -> ClaudeCodeAdapter:
     claude.start(Task(id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING))
     claude.on_line(line(type="system", subtype="session_state_changed", state="running"))
     return claude
-
-
-def message(kind: MessageKind, body: str) -> MailboxMessage:
-    return MailboxMessage(
-        id=ids.new_message_id(),
-        direction=Direction.INBOX,
-        kind=kind,
-        from_="leader",
-        to="t",
-        task_id="t",
-        body=body,
-        status=MessageStatus.PENDING,
-        priority=Priority.NORMAL,
-        sent_at=clock.now(),
-    )
-
-
-def line(**fields: Any) -> str:
-    return json.dumps(fields)
 
 
 def result(reason: str = "completed", **fields: Any) -> str:

@@ -4,65 +4,34 @@ JSON-RPC protocol; and, driven line by line, the races a fake cannot time."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import SESSION
-from leaders import Leader, eventually, store_of, write_crew
+from fake_agents import FakeAgent, line, lines, log, message, notes
+from leaders import eventually
 
 import crew
-from crew import clock, ids, ops
+from crew import ops
 from crew.adapters import AgentError, TurnEnd, Withdrawn
 from crew.adapters.codex import CodexAdapter
 from crew.config import AgentConfig
-from crew.models import MailboxMessage, Task
+from crew.models import Task
 from crew.paths import Home
 from crew.protocol import Contact
 from crew.registry import (
     Box,
     ContactType,
-    Direction,
     MessageKind,
-    MessageStatus,
-    Priority,
     RunStatus,
     TaskStatus,
 )
 from crew.waiting import Until, wait_for_run
 
-FAKE = Path(__file__).parent / "fakes" / "codex.py"
-
-
-def start(tmp_path: Path, home: Home, prompt: str, **agent: Any) -> tuple[Leader, Any]:
-    write_crew(
-        tmp_path,
-        [{"id": "t", "prompt": prompt}],
-        command=[sys.executable, str(FAKE)],
-        agent={"protocol": "codex", **agent},
-    )
-    leader = Leader("run", "crew.toml", cwd=tmp_path)
-    return leader, store_of(home, leader.run_id)
-
-
-def log(store: Any) -> str:
-    path = store.paths.log("t")
-    return path.read_text() if path.exists() else ""
-
-
-def lines(store: Any) -> list[str]:
-    """The log's complete lines (the leader may be writing the last one)."""
-    return log(store).split("\n")[:-1]
-
-
-def sent(store: Any) -> list[dict[str, Any]]:
-    """What the fake codex received, in order."""
-    return [
-        json.loads(line.split(" ", 2)[2])
-        for line in lines(store)
-        if line.startswith("fake-codex got ")
-    ]
+AGENT = FakeAgent("codex", "codex")
+start = AGENT.start
+sent = AGENT.sent
 
 
 def said(store: Any, method: str) -> list[dict[str, Any]]:
@@ -75,10 +44,6 @@ def answer(store: Any) -> dict[str, Any]:
     """Our answer to the fake's (only) server request."""
     (reply,) = [m for m in sent(store) if "result" in m]
     return reply
-
-
-def notes(store: Any) -> list[str]:
-    return [m.body for m in store.messages(Box.OUTBOX) if m.kind is MessageKind.REPORT]
 
 
 def test_the_handshake_comes_in_order_before_the_first_turn(tmp_path: Path, home: Home) -> None:
@@ -312,25 +277,6 @@ def adapter() -> tuple[CodexAdapter, str]:
     codex.on_line(line(id=2, result={"thread": {"id": "th"}}))
     codex.on_line(line(id=3, result={"turn": {"id": "t1", "status": "inProgress"}}))
     return codex, "t1"
-
-
-def message(kind: MessageKind, body: str) -> MailboxMessage:
-    return MailboxMessage(
-        id=ids.new_message_id(),
-        direction=Direction.INBOX,
-        kind=kind,
-        from_="leader",
-        to="t",
-        task_id="t",
-        body=body,
-        status=MessageStatus.PENDING,
-        priority=Priority.NORMAL,
-        sent_at=clock.now(),
-    )
-
-
-def line(**fields: Any) -> str:
-    return json.dumps(fields)
 
 
 def completed(turn: str, status: str = "completed", **fields: Any) -> str:

@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 from conftest import SESSION
-from leaders import Leader, eventually, store_of, write_crew
+from fake_agents import FakeAgent, log
+from leaders import eventually
 
 from crew import ops
 from crew.paths import Home
 from crew.registry import Box, ContactType, RunStatus, TaskStatus
 from crew.waiting import Until, wait_for_run
 
-FAKE = Path(__file__).parent / "fakes" / "pi.py"
-
-
-def start(tmp_path: Path, home: Home, prompt: str, **agent: Any) -> tuple[Leader, Any]:
-    write_crew(
-        tmp_path,
-        [{"id": "t", "prompt": prompt}],
-        command=[sys.executable, str(FAKE)],
-        agent={"protocol": "pi", **agent},
-    )
-    leader = Leader("run", "crew.toml", cwd=tmp_path)
-    return leader, store_of(home, leader.run_id)
-
-
-def log(store: Any) -> str:
-    path = store.paths.log("t")
-    return path.read_text() if path.exists() else ""
-
-
-def sent(store: Any) -> list[dict[str, Any]]:
-    """What the fake pi received, in order."""
-    lines = log(store).splitlines()
-    return [json.loads(line.split(" ", 2)[2]) for line in lines if line.startswith("fake-pi got ")]
+AGENT = FakeAgent("pi", "pi")
+start = AGENT.start
+sent = AGENT.sent
 
 
 def test_a_selection_dialog_becomes_a_question_and_the_answer_goes_back(
