@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from crew import ops
+from crew import verbs
 from crew.errors import CrewError
 from crew.paths import Home
 from crew.registry import TaskStatus
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 SESSION = "bench"
 PYTHON = sys.executable
@@ -160,7 +160,7 @@ def stop_run(store: RunStore | None, pid: int, *, child: subprocess.Popen[bytes]
     """Cancel the run (its workers stop), then make sure its leader `pid` has exited."""
     if store is not None:
         with contextlib.suppress(CrewError, OSError):
-            ops.cancel(store, session=SESSION, grace=2.0)
+            verbs.cancel(store, session=SESSION, grace=2.0)
     for sig in (None, signal.SIGTERM, signal.SIGKILL):
         if sig is not None:
             with contextlib.suppress(ProcessLookupError):

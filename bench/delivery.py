@@ -1,9 +1,9 @@
 """Delivery latency: from `steer` returning to the worker reading the message on its stdin.
 
-One run, one idle worker, a detached leader. Each message is sent (`ops.steer`, in this process),
+One run, one idle worker, a detached leader. Each message is sent (`verbs.steer`, in this process),
 then the worker reads it and reports `time.time_ns()` on a FIFO; latency is that time minus the
-time right after `ops.steer` returned (both processes read the same wall clock). The leader can
-deliver before `ops.steer` has returned (it wakes on the event-log append, while the sender is
+time right after `verbs.steer` returned (both processes read the same wall clock). The leader can
+deliver before `verbs.steer` has returned (it wakes on the event-log append, while the sender is
 still finishing its transaction), so that latency can be negative; the latency from the start of
 the call is shown too.
 
@@ -43,12 +43,12 @@ from bench.crews import (
     write_crew,
     write_script,
 )
-from crew import ops
+from crew import verbs
 from crew.ids import new_message_id
 from crew.models import MailboxMessage
 from crew.registry import Box, MessageStatus, TaskStatus
-from crew.run import RunStore
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 from crew.waiting import wait_for_message
 
 #: Reads frames (JSON lines) on stdin; for each, reports `<id> <time.time_ns()>` on the FIFO.
@@ -75,7 +75,7 @@ def _read_at(fifo: Fifo, expected: str) -> int:
 def _steer(store: RunStore, fifo: Fifo, index: int) -> tuple[MailboxMessage, int, int, int]:
     """Steer the worker of t1: the message, and when the call started, returned and was read."""
     started = time.time_ns()
-    sent = ops.steer(store, "t1", f"message {index}", session=SESSION)
+    sent = verbs.steer(store, "t1", f"message {index}", session=SESSION)
     returned = time.time_ns()
     return sent.message, started, returned, _read_at(fifo, sent.message.id)
 

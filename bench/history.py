@@ -20,14 +20,16 @@ from pathlib import Path
 
 from bench.common import Row, Timing, measure, measure_side_by_side
 from bench.crews import crew_argv, crew_env
-from crew import ops
+from crew import verbs
 from crew.config import parse_config
+from crew.domain import change, mailbox
+from crew.domain.runs import create_run
 from crew.ids import new_message_id
 from crew.models import Event, MailboxMessage
 from crew.paths import Home
 from crew.registry import Box, Direction, EventType, MessageKind, MessageStatus
-from crew.run import RunStore, create_run
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 from crew.views import mailbox_view, run_status
 
 CONFIG = {
@@ -57,9 +59,9 @@ def _follow_up(index: int, at: str) -> MailboxMessage:
 
 
 def _post_mailbox(store: RunStore) -> None:
-    with store.transaction() as txn:
+    with change(store) as txn:
         for index in range(MESSAGES):
-            txn.post(_follow_up(index, txn.at), EventType.AGENT_FOLLOWED_UP)
+            mailbox.post(txn, _follow_up(index, txn.at), EventType.AGENT_FOLLOWED_UP)
 
 
 def _run_with_mailbox(root: Path, messages: int) -> RunStore:
@@ -175,7 +177,7 @@ def run(quick: bool = False) -> list[Row]:
         boxes = {n: _run_with_mailbox(Path(folder) / f"box{n}", n) for n in mailbox_sizes}
         follow_up_times = measure_side_by_side(
             {
-                n: (lambda box=box: ops.follow_up(box, "t1", "one more thing", session="bench"))
+                n: (lambda box=box: verbs.follow_up(box, "t1", "one more thing", session="bench"))
                 for n, box in boxes.items()
             },
             runs=mailbox_runs,

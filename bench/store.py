@@ -8,7 +8,7 @@ after round side by side. Pairs of equal durability:
   only at checkpoints): a record survives the process crashing, not a power cut.
 SQLite gets one transaction per insert (autocommit), into `(id TEXT PRIMARY KEY, json TEXT)`.
 
-A full transaction (`store.transaction()` posting one follow-up: the run lock, recovery, an event
+A full transaction (`change(store)` posting one follow-up: the run lock, recovery, an event
 append, a mailbox append and the applied marker) is what one `crew follow-up` writes; it is timed
 on a run of 8 tasks, and (fsync off) on one of LARGE_RUN tasks, to see what a bigger run adds.
 """
@@ -25,14 +25,15 @@ from typing import Any
 
 from bench.common import Row, measure_side_by_side
 from bench.crews import environment
+from crew import env
 from crew.config import parse_config
+from crew.domain import change, mailbox
+from crew.domain.runs import create_run
 from crew.ids import new_message_id
 from crew.models import MailboxMessage
 from crew.paths import Home
 from crew.registry import Direction, EventType, MessageKind, MessageStatus
-from crew.run import create_run
 from crew.store import jsonl
-from crew.store.files import FSYNC_ENV
 from crew.store.lock import locked
 
 LARGE_RUN = 200
@@ -122,8 +123,8 @@ def _transactions(folder: Path, name: str, batch: int, *, tasks: int = 8) -> Cal
         nonlocal count
         for _ in range(batch):
             count += 1
-            with store.transaction() as txn:
-                txn.post(_message(count, txn.at), EventType.AGENT_FOLLOWED_UP)
+            with change(store) as txn:
+                mailbox.post(txn, _message(count, txn.at), EventType.AGENT_FOLLOWED_UP)
 
     return call
 
@@ -143,7 +144,7 @@ def _fsync(on: bool) -> Callable[[], None]:
     """Setup for a call: the durability policy crew reads from the environment."""
 
     def setup() -> None:
-        os.environ[FSYNC_ENV] = "1" if on else "0"
+        os.environ[env.FSYNC.name] = "1" if on else "0"
 
     return setup
 

@@ -21,9 +21,22 @@ _EXPORTS = {
     "ExitCode": "crew.errors",
     "Home": "crew.paths",
     "find_home": "crew.paths",
-    "RunStore": "crew.run",
-    "RunState": "crew.run",
-    "create_run": "crew.run",
+    "RunStore": "crew.store.runstore",
+    "RunState": "crew.store.state",
+    "create_run": "crew.domain.runs",
+    "start_run": "crew.leader",
+    "lead": "crew.leader",
+    "LeadOptions": "crew.leader",
+    "respond": "crew.verbs",
+    "steer": "crew.verbs",
+    "follow_up": "crew.verbs",
+    "nudge": "crew.verbs",
+    "cancel": "crew.verbs",
+    "handoff": "crew.verbs",
+    "run_status": "crew.views",
+    "list_runs": "crew.views",
+    "mailbox_view": "crew.views",
+    "wait_for_run": "crew.waiting",
     "load_config": "crew.config",
     "CrewConfig": "crew.config",
     "Run": "crew.models",
@@ -41,6 +54,7 @@ __all__ = [
     "Event",
     "ExitCode",
     "Home",
+    "LeadOptions",
     "MailboxMessage",
     "NotFound",
     "Refused",
@@ -52,13 +66,26 @@ __all__ = [
     "Task",
     "UsageError",
     "__version__",
+    "cancel",
     "create_run",
     "find_home",
+    "follow_up",
+    "handoff",
+    "lead",
+    "list_runs",
     "load_config",
+    "mailbox_view",
+    "nudge",
+    "respond",
+    "run_status",
+    "start_run",
+    "steer",
+    "wait_for_run",
 ]
 
 if TYPE_CHECKING:
     from crew.config import CrewConfig, load_config
+    from crew.domain.runs import create_run
     from crew.errors import (
         Corrupt,
         CrewError,
@@ -69,9 +96,14 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
+    from crew.leader import LeadOptions, lead, start_run
     from crew.models import Event, MailboxMessage, Run, SupervisorContact, Task
     from crew.paths import Home, find_home
-    from crew.run import RunState, RunStore, create_run
+    from crew.store.runstore import RunStore
+    from crew.store.state import RunState
+    from crew.verbs import cancel, follow_up, handoff, nudge, respond, steer
+    from crew.views import list_runs, mailbox_view, run_status
+    from crew.waiting import wait_for_run
 
 
 def __getattr__(name: str) -> Any:

@@ -40,7 +40,9 @@ Duration = Annotated[
 ]
 
 DEFAULT_BODY_LIMIT = 64 * 1024
-DEFAULT_LINE_LIMIT = 1024 * 1024
+#: The largest body limit crew.toml may set: its worst-case JSON escaping (six bytes a byte),
+#: inside an event that records it, still fits the store's 1 MiB line limit.
+MAX_BODY_LIMIT = 128 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
@@ -125,7 +127,7 @@ class LimitsConfig(ConfigModel):
     """Undelivered followUp messages per task; beyond it the oldest is dropped."""
     warn_pending: Annotated[int, Field(ge=0)] = 20
     """Warn when a task has more undelivered messages than this."""
-    max_body_bytes: Annotated[int, Field(ge=1, le=DEFAULT_LINE_LIMIT // 8)] = DEFAULT_BODY_LIMIT
+    max_body_bytes: Annotated[int, Field(ge=1, le=MAX_BODY_LIMIT)] = DEFAULT_BODY_LIMIT
     """The largest message body, in UTF-8 bytes."""
 
 
@@ -173,9 +175,6 @@ class CrewConfig(ConfigModel):
     tasks: Annotated[list[TaskConfig], Field(min_length=1)]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     auto_respond: list[AutoRespondRule] = Field(default_factory=list)
-
-    def task(self, task_id: str) -> TaskConfig | None:
-        return next((t for t in self.tasks if t.id == task_id), None)
 
     def agent_for(self, task: TaskConfig) -> AgentConfig:
         return self.agents[task.agent]

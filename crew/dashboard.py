@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING
 
 from crew import clock
 from crew.errors import CrewError
-from crew.follow import Watcher, watch_folders
 from crew.models import Event, Task
-from crew.protocol import Ack, Contact, Decision, Report, parse_line, strip_ansi
-from crew.registry import Box, ContactType, TaskStatus
-from crew.run import RunState, RunStore
+from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
+from crew.registry import ContactType, TaskStatus
+from crew.render import question_line
 from crew.store import jsonl
-from crew.views import pending_counts
+from crew.store.runstore import RunStore
+from crew.store.state import RunState
+from crew.store.watch import Watcher, watch_folders
+from crew.text import tally
+from crew.views import inbound_messages, pending_counts
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -62,7 +65,7 @@ def last_line(path: os.PathLike[str] | str) -> str:
     for raw in reversed(tail.splitlines()):
         text = strip_ansi(raw.decode("utf-8", errors="replace")).strip()
         said = parse_line(text)
-        if isinstance(said, Ack | Decision):
+        if isinstance(said, Ack | DecisionRecord):
             continue
         if isinstance(said, Report | Contact):
             return f"{said.type}: {said.text if isinstance(said, Report) else said.prompt}"
@@ -89,7 +92,7 @@ class Dashboard:
         recovery = self.store.load()
         state = recovery.state
         tasks = state.task_list()
-        messages = self.store.messages(Box.INBOX) + self.store.messages(Box.STEERING)
+        messages = inbound_messages(self.store)
         self._recent = (self._recent + self._events.poll().records)[-EVENTS_SHOWN:]
         lines = {t.id: last_line(self.store.paths.log(t.id)) for t in tasks if t.attempt}
         return View(
@@ -112,7 +115,7 @@ class Dashboard:
             (run.run_id, "bold"),
             f" · crew {run.crew} · ",
             (str(run.status), STATUS_STYLE.get(run.status, "")),
-            f" · {_tally(tasks)}",
+            f" · {tally(t.status for t in tasks)}",
         )
         table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
         for column in ("TASK", "STATUS", "TRY", "SINCE", "PENDING", "NOW"):
@@ -236,7 +239,7 @@ class Dashboard:
 
     def _answer(self, console: Console) -> str:
         """Ask the person for the answer to the oldest open question and send it."""
-        from crew import ops
+        from crew import verbs
 
         state = self.store.state()
         waiting = sorted(
@@ -266,7 +269,7 @@ class Dashboard:
         if contact.options and text.isdigit() and 1 <= int(text) <= len(contact.options):
             text = contact.options[int(text) - 1]
         try:
-            sent = ops.respond(
+            sent = verbs.respond(
                 self.store, task.id, text, session=self.session, contact_id=contact.id
             )
         except CrewError as error:
@@ -281,22 +284,9 @@ def _read_key() -> str:
         return ""
 
 
-def _tally(tasks: list[Task]) -> str:
-    counts: dict[str, int] = {}
-    for task in tasks:
-        counts[task.status] = counts.get(task.status, 0) + 1
-    return ", ".join(f"{n} {status}" for status, n in counts.items())
-
-
 def _since(task: Task) -> str:
     """When the task entered its status, as a local time of day (it never needs a redraw)."""
-    moment = (
-        task.waiting_since
-        if task.status is TaskStatus.WAITING
-        else task.ended_at
-        if task.status.terminal
-        else task.started_at
-    )
+    moment = task.since()
     if not moment:
         return ""
     with contextlib.suppress(ValueError):
@@ -306,8 +296,7 @@ def _since(task: Task) -> str:
 
 def _now(task: Task, last: str) -> str:
     if task.contact is not None:
-        options = f" [{'|'.join(task.contact.options)}]" if task.contact.options else ""
-        return f"? {task.contact.prompt}{options}"
+        return f"? {question_line(task)}"
     if task.status.terminal and task.error:
         return task.error
     if task.status is TaskStatus.QUEUED and task.depends_on:

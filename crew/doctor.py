@@ -7,64 +7,17 @@ Nothing is ever deleted: bad lines and torn tails go to `<file>.corrupt`, corrup
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewError
-from crew.lease import LeaseState, read_lease
 from crew.models import Event, MailboxMessage
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
-from crew.run import RunStore
+from crew.results import DoctorReport, Finding
 from crew.store import jsonl
-
-
-@dataclass
-class Finding:
-    """One problem: where it is, what it is, and whether a repair fixed it."""
-
-    run_id: str
-    problem: str
-    path: Path | None = None
-    line: int | None = None
-    repairable: bool = True
-    repaired: bool = False
-
-    def location(self) -> str:
-        if self.path is None:
-            return self.run_id
-        return f"{self.path}:{self.line}" if self.line is not None else str(self.path)
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"runId": self.run_id, "problem": self.problem}
-        if self.path is not None:
-            data["file"] = str(self.path)
-        if self.line is not None:
-            data["line"] = self.line
-        data["repairable"] = self.repairable
-        data["repaired"] = self.repaired
-        return data
-
-
-@dataclass
-class DoctorReport:
-    runs: list[str] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    repair: bool = False
-
-    @property
-    def clean(self) -> bool:
-        """No problem left: none found, or (after a repair) every one fixed."""
-        return all(f.repaired for f in self.findings)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "clean": self.clean,
-            "repair": self.repair,
-            "runs": self.runs,
-            "findings": [f.to_json() for f in self.findings],
-        }
+from crew.store.runstore import RunStore
+from crew.store.state import Recovery
 
 
 def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> DoctorReport:
@@ -141,7 +94,7 @@ def _check_logs(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
     return findings
 
 
-def _state_findings(store: RunStore, recovery: Any, run_id: str) -> list[Finding]:
+def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Finding]:
     findings = [
         Finding(
             run_id,

@@ -6,14 +6,55 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, as documented in docs/exit-codes.md."""
+    """Process exit codes; docs/exit-codes.md is generated from EXIT_CODES below."""
 
     OK = 0
-    FAILED = 1  # the run ended with failed tasks, or an unexpected error
+    FAILED = 1
     USAGE = 2
     TIMEOUT = 3
-    REFUSED = 4  # state conflict: task not waiting, run terminal, ownership, backpressure
+    REFUSED = 4
     NOT_FOUND = 5
+    INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+#: What each exit code means, and examples of when crew uses it.
+EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
+    ExitCode.OK: (
+        "success",
+        "the command did what it says; `crew doctor` found nothing (or repaired everything); "
+        "`crew run` ended with every task completed; a replayed idempotent request",
+    ),
+    ExitCode.FAILED: (
+        "the run ended with failed tasks, or an unexpected error",
+        "`crew run` with a failed task; `crew doctor` found problems; a state file that cannot "
+        "be read at all; a write that failed (disk full)",
+    ),
+    ExitCode.USAGE: (
+        "usage error",
+        "an unknown option; an invalid run or task id (`../x`, `/etc/passwd`, empty, over 64 "
+        "characters); an invalid crew.toml; an empty or oversized message body; an ambiguous "
+        "run prefix",
+    ),
+    ExitCode.TIMEOUT: (
+        "timeout",
+        "`crew wait --timeout`, `--wait --timeout`, `crew run --timeout`; the run lock stayed "
+        "busy longer than `CREW_LOCK_TIMEOUT` (default 10 s)",
+    ),
+    ExitCode.REFUSED: (
+        "refused: the request conflicts with the run's state",
+        "the task is not waiting; the run has ended; the run belongs to another session (use "
+        "`--force`); a second leader; backpressure; a leader that another one took over",
+    ),
+    ExitCode.NOT_FOUND: (
+        "not found",
+        "no crew home; no run matches; the run has no such task",
+    ),
+    ExitCode.INTERRUPTED: (
+        "interrupted",
+        "Ctrl-C (or SIGTERM, SIGHUP) stopped `crew run` or `crew resume`: the run stays "
+        "resumable; Ctrl-C in any other command",
+    ),
+}
 
 
 class CrewError(Exception):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import signal
 
-FAULT_ENV = "CREW_FAULT"
+from crew import env
 
 _armed: dict[str, int] | None = None
 _hits: dict[str, int] = {}
@@ -27,7 +27,7 @@ def _load() -> dict[str, int]:
     global _armed  # noqa: PLW0603  # parsed once per process
     if _armed is None:
         _armed = {}
-        for item in os.environ.get(FAULT_ENV, "").split(","):
+        for item in (env.FAULT.value() or "").split(","):
             point, at, count = item.strip().rpartition("@")
             if not at:
                 point, count = count, "1"

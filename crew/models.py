@@ -5,7 +5,7 @@ Field order is the order keys appear on disk, so a `git diff` of a snapshot show
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
@@ -17,11 +17,13 @@ from crew.registry import (
     ContactType,
     Direction,
     EventType,
+    MessageData,
     MessageKind,
     MessageStatus,
     Priority,
     RunStatus,
     TaskStatus,
+    WatcherKind,
 )
 
 #: The version of the snapshot format this code writes; older ones are read forward.
@@ -52,6 +54,10 @@ class StateModel(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The JSON form as a dict (camelCase keys, optional fields left out)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    def revised(self, **changes: Any) -> Self:
+        """A copy with `changes` (snake_case names), validated like anything read from disk."""
+        return self.model_validate({**self.model_dump(by_alias=False), **changes})
 
 
 class SupervisorContact(StateModel):
@@ -106,6 +112,14 @@ class Task(StateModel):
     error: str | None = None
     """Why the task failed, was cancelled or was flagged."""
 
+    def since(self) -> str | None:
+        """When the task entered its current status (as far as the task records it)."""
+        if self.status is TaskStatus.WAITING:
+            return self.waiting_since
+        if self.status.terminal:
+            return self.ended_at
+        return self.started_at
+
 
 class MailboxMessage(StateModel):
     """One line of a mailbox file; a later line with the same id supersedes it."""
@@ -133,20 +147,10 @@ class MailboxMessage(StateModel):
     data: dict[str, Any] | None = None
     """Free-form details: source, contactId, idempotencyKey, contactType, rejectedAt, …"""
 
-    def rejected(self, reason: str, at: str) -> MailboxMessage:
-        """This message, rejected now (the time goes in `data.rejectedAt`)."""
-        return self.model_copy(
-            update={
-                "status": MessageStatus.REJECTED,
-                "reason": reason,
-                "data": {**(self.data or {}), "rejectedAt": at},
-            }
-        )
-
     def status_at(self) -> str | None:
         """When the message reached its current status."""
         if self.status is MessageStatus.REJECTED:
-            at = (self.data or {}).get("rejectedAt")
+            at = (self.data or {}).get(MessageData.REJECTED_AT)
             return at if isinstance(at, str) else None
         return {
             MessageStatus.PENDING: self.sent_at,
@@ -204,7 +208,7 @@ class LeaderInfo(StateModel):
     started_at: Timestamp
     heartbeat_at: Timestamp
     """Refreshed every second; older than leaderStaleAfter means the leader is gone."""
-    watcher: str = "inotify"
+    watcher: WatcherKind = WatcherKind.INOTIFY
     """How the leader notices mailbox writes: inotify, watchfiles, or poll (no file events)."""
 
 

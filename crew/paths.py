@@ -9,13 +9,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from crew import env
 from crew.errors import NotFound, UsageError
 from crew.ids import LATEST, check_run_ref, check_task_id, is_run_id
 from crew.registry import Box
 
 HOME_DIRNAME = ".crew"
 CONFIG_FILENAME = "crew.toml"
-HOME_ENV = "CREW_HOME"
 #: A run is assembled in `runs/.new-<id>/` and renamed into place: it appears whole or not at all.
 STAGING_PREFIX = ".new-"
 
@@ -38,15 +38,20 @@ class Home:
     def runs_dir(self) -> Path:
         return self.state_dir / "runs"
 
+    @property
+    def project_dir(self) -> Path:
+        """The folder that holds the home: where workers run unless their agent names a cwd."""
+        return self.root.parent
+
     def run(self, run_id: str) -> RunPaths:
         """The paths of a run whose id is already known to be a full, valid run id."""
         if not is_run_id(run_id):
             check_run_ref(run_id)
             raise UsageError(f"Invalid run id {run_id!r}: expected a full run id here.")
-        return RunPaths(run_id=run_id, root=self.runs_dir / run_id)
+        return RunPaths(run_id=run_id, root=self.runs_dir / run_id, home=self)
 
     def staging(self, run_id: str) -> RunPaths:
-        return RunPaths(run_id=run_id, root=self.runs_dir / f"{STAGING_PREFIX}{run_id}")
+        return RunPaths(run_id=run_id, root=self.runs_dir / f"{STAGING_PREFIX}{run_id}", home=self)
 
     def run_ids(self) -> list[str]:
         """Ids of the runs in this home, oldest first (ids sort by creation time)."""
@@ -83,6 +88,8 @@ class RunPaths:
 
     run_id: str
     root: Path
+    #: The crew home the run belongs to.
+    home: Home
 
     @property
     def manifest(self) -> Path:
@@ -124,24 +131,22 @@ class RunPaths:
         return self.runtime_dir / "applied"
 
     @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
+    def leader_log(self) -> Path:
+        """The output of a leader started with --detach."""
+        return self.runtime_dir / "leader.log"
 
     @property
-    def leader_lock(self) -> Path:
-        return self.runtime_dir / "leader.lock"
-
-    def jsonl_files(self) -> list[Path]:
-        return [self.events, *(self.box(b) for b in Box)]
+    def lock(self) -> Path:
+        return self.root / ".lock"
 
 
 def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | None = None) -> Home:
     """The crew home: `explicit` (--home), else $CREW_HOME, else the nearest `.crew` walking up."""
-    named = explicit if explicit is not None else os.environ.get(HOME_ENV) or None
+    named = explicit if explicit is not None else env.HOME.value()
     if named is not None:
         root = Path(named).expanduser()
         if not root.is_dir():
-            source = "--home" if explicit is not None else HOME_ENV
+            source = "--home" if explicit is not None else env.HOME.name
             raise NotFound(
                 f"No crew home at {root} (from {source}).", hint="Create one with `crew init`."
             )
@@ -155,3 +160,14 @@ def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | N
         f"No {HOME_DIRNAME} folder here or in any parent of {here}.",
         hint="Create one with `crew init`, or name one with --home or CREW_HOME.",
     )
+
+
+def home_for_run(config: Path | None, *, explicit: str | os.PathLike[str] | None = None) -> Home:
+    """The home `crew run CONFIG` keeps its state in: --home, $CREW_HOME or the nearest `.crew`;
+    with none of them, the folder that holds CONFIG (`crew run .crew-example/crew.toml`)."""
+    try:
+        return find_home(explicit=explicit)
+    except NotFound:
+        if config is None or explicit is not None:
+            raise
+        return Home(config.resolve().parent)

@@ -1,7 +1,8 @@
-"""Worker processes from outside: is this pid still that worker, and stopping its group.
+"""Worker processes: is this pid still that worker, signalling its group, and stopping it.
 
-A pid is signalled only after `/proc/<pid>/environ` shows it carries the run's CREW_RUN_ID and the
-task's CREW_TASK_ID, so a pid the kernel has since given to another process is never touched.
+From outside the leader (a cancel, a resume), a pid is signalled only after
+`/proc/<pid>/environ` shows it carries the run's CREW_RUN_ID and the task's CREW_TASK_ID, so a
+pid the kernel has since given to another process is never touched.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-RUN_ID_ENV = "CREW_RUN_ID"
-TASK_ID_ENV = "CREW_TASK_ID"
-ATTEMPT_ENV = "CREW_ATTEMPT"
+from crew import env
+
 DEFAULT_GRACE = 5.0
 
 
@@ -48,20 +48,22 @@ def worker_environ(pid: int) -> dict[str, str] | None:
         raise
     except OSError:
         return None
-    env: dict[str, str] = {}
+    variables: dict[str, str] = {}
     for entry in raw.split(b"\0"):
         key, sep, value = entry.partition(b"=")
         if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
+            variables[key.decode(errors="replace")] = value.decode(errors="replace")
+    return variables
 
 
 def is_worker(pid: int, run_id: str, task_id: str, attempt: int | None = None) -> bool:
     """Whether `pid` is (still) the worker of this run's task (and of that attempt, if given)."""
-    env = worker_environ(pid)
-    if env is None or env.get(RUN_ID_ENV) != run_id or env.get(TASK_ID_ENV) != task_id:
+    found = worker_environ(pid)
+    if found is None or found.get(env.RUN_ID.name) != run_id:
         return False
-    return attempt is None or env.get(ATTEMPT_ENV) == str(attempt)
+    if found.get(env.TASK_ID.name) != task_id:
+        return False
+    return attempt is None or found.get(env.ATTEMPT.name) == str(attempt)
 
 
 def stop_worker(
@@ -77,27 +79,30 @@ def stop_worker(
         return Stopped(task_id, pid, Stop.NOT_OURS if alive else Stop.GONE)
     waiter = _ExitWaiter(pid)
     try:
-        if not _signal_group(pid, signal.SIGTERM):
+        if not signal_group(pid, signal.SIGTERM):
             return Stopped(task_id, pid, Stop.GONE)
         if waiter.wait(grace):
-            _signal_group(pid, signal.SIGKILL)  # stragglers of the group, if any
+            signal_group(pid, signal.SIGKILL)  # stragglers of the group, if any
             return Stopped(task_id, pid, Stop.TERMINATED)
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
         waiter.wait(grace)
         return Stopped(task_id, pid, Stop.KILLED)
     finally:
         waiter.close()
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> bool:
-    """Signal the process group led by `pid` (each worker leads its own group)."""
+def signal_group(pid: int, sig: signal.Signals) -> bool:
+    """Signal the process group led by `pid` (each worker leads its own group); False if
+    there was nothing we may signal."""
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
         try:
             os.kill(pid, sig)  # not a group leader after all: signal the process alone
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             return False
+    except PermissionError:
+        return False
     return True
 
 

@@ -69,8 +69,8 @@ class Ack:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """An attention decision, recorded as an event."""
+class DecisionRecord:
+    """A worker's attention decision (`@supervisor decision: {json}`), recorded as an event."""
 
     data: dict[str, Any]
 
@@ -82,7 +82,7 @@ class Malformed:
     reason: str
 
 
-Parsed = Contact | Report | Ack | Decision | Malformed
+Parsed = Contact | Report | Ack | DecisionRecord | Malformed
 
 
 def strip_ansi(text: str) -> str:
@@ -117,7 +117,7 @@ def parse_line(line: str) -> Parsed | None:
         return Malformed("decision needs a JSON object")
     if not isinstance(data, dict):
         return Malformed("decision needs a JSON object")
-    return Decision(data)
+    return DecisionRecord(data)
 
 
 def _contact(kind: ContactType, rest: str) -> Contact | Malformed:

@@ -22,13 +22,9 @@ class TaskStatus(StrEnum):
     def terminal(self) -> bool:
         return self in TERMINAL_TASK_STATUSES
 
-    @property
-    def live(self) -> bool:
-        """A worker process exists (or should) for a task in this status."""
-        return self in LIVE_TASK_STATUSES
-
 
 TERMINAL_TASK_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+#: A worker process exists (or should) for a task in these statuses.
 LIVE_TASK_STATUSES = frozenset({TaskStatus.RUNNING, TaskStatus.WAITING, TaskStatus.NEEDS_REVIEW})
 
 _S = TaskStatus
@@ -86,6 +82,12 @@ class Box(StrEnum):
         return f"{self.value}.jsonl"
 
 
+#: The files that hold messages to workers (respond and followUp; steer and nudge).
+INBOUND_BOXES = (Box.INBOX, Box.STEERING)
+#: The party on the other side of every message: `from` of inbound ones, `to` of outbound ones.
+LEADER = "leader"
+
+
 class MessageKind(StrEnum):
     RESPOND = "respond"
     FOLLOW_UP = "followUp"
@@ -125,6 +127,14 @@ class Priority(StrEnum):
     LOW = "low"
     NORMAL = "normal"
     HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        """Higher is more urgent."""
+        return _PRIORITY_ORDER.index(self)
+
+
+_PRIORITY_ORDER = (Priority.LOW, Priority.NORMAL, Priority.HIGH)
 
 
 _OUTBOX_KINDS = frozenset({MessageKind.CONTACT, MessageKind.REPORT, MessageKind.ACK})
@@ -169,6 +179,67 @@ BLOCKING_CONTACTS = frozenset(
 REPORT_CONTACTS = frozenset({ContactType.STATUS, ContactType.PROGRESS, ContactType.NOTE})
 
 
+class MessageData(StrEnum):
+    """Keys crew itself puts in `MailboxMessage.data` (a worker's own keys live beside them)."""
+
+    SESSION = "session"  # who sent it
+    SOURCE = "source"  # what sent it: a MessageSource
+    IDEMPOTENCY_KEY = "idempotencyKey"
+    CONTACT_ID = "contactId"  # the question an answer (or a contact) is about
+    CONTACT_TYPE = "contactType"
+    OPTIONS = "options"  # of a need_selection contact
+    REPORT_TYPE = "type"  # of a report: status, progress or note
+    ATTEMPT = "attempt"  # the task attempt it was delivered to
+    CARRIED_FROM = "carriedFrom"  # the message a new attempt's copy was made from
+    DECISIONS = "decisions"  # the worker's attention decisions about it
+    REJECTED_AT = "rejectedAt"
+
+
+class MessageSource(StrEnum):
+    """What sent a message, when it was not a person typing a verb (`data.source`)."""
+
+    NUDGE = "nudge"  # `crew nudge`
+    MONITOR = "monitor"  # the stall monitor's automatic nudge
+    AUTO_RESPOND = "autoRespond"  # an autoRespond rule; written `autoRespond[<index>]`
+
+
+class EventData(StrEnum):
+    """Keys of `Event.data` that crew reads back: the new state an event carries, and details."""
+
+    RUN = "run"
+    TASK = "task"
+    MESSAGE = "mailboxMessage"
+    DECISION = "decision"  # an attention decision, as the worker printed it
+    CONTACT = "contact"  # the question an answer closed
+    CONTACT_ID = "contactId"  # the question a withdrawal took back
+
+
+class DecisionAction(StrEnum):
+    """What a worker's attention loop decided (`@supervisor decision: {"action": …}`)."""
+
+    PICK = "pick"  # focus on the next queued item
+    CONTINUE = "continue"  # keep the current focus; the new item waits
+    PREEMPT = "preempt"  # set the current focus aside (it resurfaces) for the new item
+    CANCEL = "cancel"  # drop the current focus for the new item
+    MERGE = "merge"  # fold the new item into the current focus
+    DEFER = "defer"  # put the new item aside until nothing else is queued
+    DONE = "done"  # the current focus is finished
+
+
+#: Decisions that change what a worker does about another item: shown as that item's history.
+REDIRECTING_DECISIONS = frozenset(
+    {DecisionAction.PREEMPT, DecisionAction.MERGE, DecisionAction.CANCEL}
+)
+
+
+class WatcherKind(StrEnum):
+    """How a process notices writes to a run's files."""
+
+    INOTIFY = "inotify"
+    WATCHFILES = "watchfiles"
+    POLL = "poll"  # no file events: file status is polled
+
+
 class EventType(StrEnum):
     """Every event type crew records in events.jsonl."""
 
@@ -179,6 +250,7 @@ class EventType(StrEnum):
     RUN_ENDED = "run.ended"
     LEADER_STARTED = "leader.started"
     LEADER_STOPPED = "leader.stopped"
+    LEADER_ERROR = "leader.error"
     TASK_QUEUED = "task.queued"
     TASK_STARTED = "task.started"
     TASK_WAITING = "task.waiting"

@@ -1,22 +1,40 @@
-"""Human output of the inspection commands; the same data serves `--json` elsewhere.
+"""The one renderer: every command's result, printed as JSON or as its text view.
 
-rich is imported only here, and only when a table is drawn.
+`emit()` prints a result's warnings and notes on stderr, then its JSON document (`--json`) or its
+text view on stdout, and returns its exit code. Streams (the event log, a run's progress) print
+one line per item. rich is imported only when a table is drawn.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
-from crew.registry import EventType, MessageStatus, RunStatus, TaskStatus
+from crew.registry import DecisionAction, EventType, MessageStatus, RunStatus, TaskStatus
+from crew.results import (
+    Cancelled,
+    Detached,
+    DoctorReport,
+    HandedOff,
+    Initialized,
+    Led,
+    Result,
+    RunList,
+    SchemaDoc,
+    Sent,
+    StatusReport,
+    Timeline,
+    Waited,
+)
+from crew.text import format_counts, short
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from crew.doctor import DoctorReport
     from crew.models import Event, Task
-    from crew.views import MessageView, RunSummary, StatusReport
 
 STATUS_STYLE = {
     TaskStatus.QUEUED: "dim",
@@ -34,6 +52,50 @@ STATUS_STYLE = {
 }
 
 
+def emit(result: Result, *, json: bool) -> int:
+    """Print a result (see the module docstring); returns its exit code."""
+    for warning in result.warnings():
+        warn(warning)
+    for note in result.notes():
+        say(note)
+    if json:
+        print_json(result.to_json(), compact=result.json_line)
+    else:
+        _TEXT_VIEWS[type(result)](result)
+    return result.exit_code
+
+
+def print_json(data: Any, *, compact: bool = False) -> None:
+    """One JSON document (or one JSON line) on stdout."""
+    text = jsonlib.dumps(
+        data,
+        ensure_ascii=False,
+        separators=(",", ":") if compact else None,
+        indent=None if compact else 2,
+    )
+    sys.stdout.write(text + "\n")
+
+
+def warn(message: str) -> None:
+    """A warning on stderr (never on stdout, which may be piped into jq)."""
+    sys.stderr.write(f"crew: warning: {message}\n")
+
+
+def say(message: str) -> None:
+    """A note for the person at the terminal, on stderr."""
+    sys.stderr.write(f"crew: {message}\n")
+
+
+def starting(run_id: str, *, resumed: bool, json: bool) -> None:
+    """Say which run is being led (people only: a JSON stream starts with its events)."""
+    if not json:
+        say(f"run {run_id}{' resumed' if resumed else ''}")
+
+
+def _out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
 def console() -> Console:
     """A console for stdout; piped output is never wrapped or cut to a terminal's width."""
     from rich.console import Console
@@ -42,7 +104,7 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=piped, width=100_000 if piped else None)
 
 
-def _styled(status: str) -> str:
+def styled(status: str) -> str:
     style = STATUS_STYLE.get(status)  # type: ignore[call-overload]  # both enums are str
     return f"[{style}]{status}[/]" if style else status
 
@@ -62,48 +124,92 @@ def _ago(timestamp: str | None) -> str:
         return timestamp
 
 
-def _short(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def question_line(task: Task) -> str:
+    """A task's open question on one line: `prompt [a|b]`."""
+    contact = task.contact
+    if contact is None:
+        return ""
+    options = f" [{'|'.join(contact.options)}]" if contact.options else ""
+    return f"{contact.prompt}{options}"
 
 
-def runs_table(summaries: list[RunSummary]) -> None:
+# ----------------------------------------------------------------------------- sending
+
+
+def _sent(result: Sent) -> None:
+    message = result.message
+    if result.replayed:
+        _out(f"Already sent as {message.id} (same idempotency key): nothing new was written.")
+    else:
+        _out(f"Sent {result.what} {message.id} to {message.task_id} in run {result.run_id}.")
+    if result.undelivered_without_leader:
+        _out(
+            "No leader is running: it is delivered once one leads the run "
+            f"(`crew resume {result.run_id}`)."
+        )
+    if result.waited_for:
+        _out(f"{message.id} {message.status}.")
+
+
+def _cancelled(result: Cancelled) -> None:
+    if result.already:
+        _out(f"Nothing to cancel: {result.already}.")
+        return
+    _out(f"Cancelled {', '.join(result.tasks) or 'nothing'} in run {result.run_id}.")
+    if result.rejected:
+        _out(f"Rejected {len(result.rejected)} pending message(s) (task cancelled).")
+    for stopped in result.stopped:
+        _out(f"Worker of {stopped.task_id} (pid {stopped.pid}): {stopped.outcome}.")
+    if result.run_status.terminal:
+        _out(f"The run has ended ({result.run_status}).")
+
+
+def _handed_off(result: HandedOff) -> None:
+    if not result.changed:
+        _out(f"Run {result.run_id} is already owned by {result.owner}.")
+    else:
+        _out(f"Run {result.run_id} now belongs to {result.owner} (was {result.previous}).")
+
+
+# ----------------------------------------------------------------------------- inspecting
+
+
+def _runs(result: RunList) -> None:
     from rich.table import Table
 
-    if not summaries:
-        sys.stdout.write("No runs yet. Start one with `crew run`.\n")
+    if not result.runs:
+        _out("No runs yet. Start one with `crew run`.")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("RUN", "CREW", "STATUS", "TASKS", "CREATED", "OWNER"):
         table.add_column(column)
-    for summary in summaries:
+    for summary in result.runs:
         run = summary.run
         if run is None:
             table.add_row(
                 summary.run_id, "?", "[red]unreadable[/]", _esc(summary.problem or ""), "", ""
             )
             continue
-        counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
         table.add_row(
             run.run_id,
             _esc(run.crew),
-            _styled(run.status),
-            counts,
+            styled(run.status),
+            format_counts(summary.counts),
             _ago(run.created_at),
             _esc(run.owner_session_id),
         )
     console().print(table)
 
 
-def status_view(report: StatusReport) -> None:
+def _status(report: StatusReport) -> None:
     from rich.table import Table
 
     run = report.run
     out = console()
     lease = report.lease.leader
-    leader = f" · leader pid {lease.pid}" if lease and report.lease.state == "alive" else ""
+    leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
     out.print(
-        f"[bold]Run {run.run_id}[/] · crew {_esc(run.crew)} · {_styled(run.status)} · "
+        f"[bold]Run {run.run_id}[/] · crew {_esc(run.crew)} · {styled(run.status)} · "
         f"owner {_esc(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
     )
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -114,10 +220,10 @@ def status_view(report: StatusReport) -> None:
         shown = ", ".join(f"{n} {box}" for box, n in pending.items() if n) or "-"
         table.add_row(
             task.id,
-            _styled(task.status),
+            styled(task.status),
             _esc(task.agent),
             f"{task.attempt}/{task.max_attempts}",
-            _ago(_since(task)),
+            _ago(task.since()),
             shown,
             _esc(_note(task)),
         )
@@ -125,46 +231,36 @@ def status_view(report: StatusReport) -> None:
     if report.open_contacts:
         out.print("\n[bold]Waiting for an answer:[/]")
         for task in report.open_contacts:
-            contact = task.contact
-            assert contact is not None
-            options = f" [{'|'.join(contact.options)}]" if contact.options else ""
+            assert task.contact is not None
             out.print(
-                f"  {task.id} ({contact.id}) {contact.type}: {_esc(contact.prompt)}{_esc(options)}"
+                f"  {task.id} ({task.contact.id}) {task.contact.type}: {_esc(question_line(task))}"
             )
             out.print(f'    answer with: crew respond {run.run_id} {task.id} "…"', style="dim")
-    if report.warnings:
+    if report.run_warnings:
         out.print("\n[bold]Warnings:[/]")
-        for warning in report.warnings:
+        for warning in report.run_warnings:
             out.print(f"  [yellow]![/] {_esc(warning)}")
-
-
-def _since(task: Task) -> str | None:
-    if task.status is TaskStatus.WAITING:
-        return task.waiting_since
-    if task.status.terminal:
-        return task.ended_at
-    return task.started_at
 
 
 def _note(task: Task) -> str:
     if task.error:
-        return _short(task.error)
+        return short(task.error, 60)
     if task.status.terminal and task.exit_code is not None:
         return f"exit {task.exit_code}"
     if task.contact is not None:
-        return _short(f"? {task.contact.prompt}")
+        return short(f"? {task.contact.prompt}", 60)
     if task.depends_on and task.status is TaskStatus.QUEUED:
         return "after " + ", ".join(task.depends_on)
     return ""
 
 
-def mailbox_view(views: list[MessageView]) -> None:
+def _timeline(result: Timeline) -> None:
     out = console()
-    if not views:
+    if not result.messages:
         out.print("No messages.")
         return
     current: str | None = None
-    for view in views:
+    for view in result.messages:
         message = view.message
         if message.task_id != current:
             current = message.task_id
@@ -172,7 +268,7 @@ def mailbox_view(views: list[MessageView]) -> None:
         arrow = "→" if message.direction == "inbox" else "←"
         out.print(
             f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
-            f"{_esc(_short(message.body, 70))!r}"
+            f"{_esc(short(message.body, 70))!r}"
         )
         steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
         line = " → ".join(steps)
@@ -186,31 +282,33 @@ def mailbox_view(views: list[MessageView]) -> None:
             )
 
 
+#: Each decision action as a past participle: `preempted by msg_…`.
+_PAST = {
+    DecisionAction.PICK: "picked",
+    DecisionAction.PREEMPT: "preempted",
+    DecisionAction.MERGE: "merged",
+    DecisionAction.CANCEL: "cancelled",
+    DecisionAction.DEFER: "deferred",
+}
+
+
 def _decision_text(decision: dict[str, Any]) -> str:
     """A decision as a short phrase: `picked`, `preempted by msg_…`, `done: ok`."""
     action = str(decision.get("action", "?"))
     at = _clock(decision.get("at") if isinstance(decision.get("at"), str) else None)
+    past = _PAST.get(action, action)  # type: ignore[call-overload]  # a worker's own word
     if "by" in decision:
-        text = f"{_PAST.get(action, action)} by {decision['by']}"
-    elif action == "done":
+        text = f"{past} by {decision['by']}"
+    elif action == DecisionAction.DONE:
         reason = decision.get("reason")
         text = f"done: {reason}" if reason else "done"
-    elif action == "continue":
+    elif action == DecisionAction.CONTINUE:
         text = str(decision.get("reason") or "left queued")
     else:
-        text = _PAST.get(action, action)
-        if decision.get("reason") and action != "pick":
+        text = past
+        if decision.get("reason") and action != DecisionAction.PICK:
             text += f" ({decision['reason']})"
     return f"{text} {at}".rstrip()
-
-
-_PAST = {
-    "pick": "picked",
-    "preempt": "preempted",
-    "merge": "merged",
-    "cancel": "cancelled",
-    "defer": "deferred",
-}
 
 
 def _clock(timestamp: str | None) -> str:
@@ -218,11 +316,89 @@ def _clock(timestamp: str | None) -> str:
     return timestamp[11:23] if timestamp else ""
 
 
+def _doctor(report: DoctorReport) -> None:
+    for finding in report.findings:
+        mark = (
+            " [repaired]"
+            if finding.repaired
+            else (" [needs attention]" if not finding.repairable else "")
+        )
+        _out(f"{finding.location()}: {finding.problem}{mark}")
+    checked = len(report.runs)
+    runs = f"{checked} run{'s' * (checked != 1)}"
+    if not report.findings:
+        _out(f"Checked {runs}: no problems found.")
+    elif report.clean:
+        _out(f"Checked {runs}: repaired {len(report.findings)} problem(s).")
+    else:
+        left = [f for f in report.findings if not f.repaired]
+        hint = (
+            ""
+            if report.repair or not any(f.repairable for f in left)
+            else (" Run `crew doctor --repair` to fix what can be fixed.")
+        )
+        _out(f"Checked {runs}: {len(left)} problem(s).{hint}")
+
+
+def _initialized(result: Initialized) -> None:
+    if result.created:
+        _out(f"Created {result.home}")
+        _out(f"  {result.config_file.name}   the crew definition: edit it, then `crew run`")
+        _out("  state/      runs, events and mailboxes (private to you)")
+
+
+def _schema(result: SchemaDoc) -> None:
+    print_json(result.document)
+
+
+# ----------------------------------------------------------------------------- leading
+
+
+def _waited(result: Waited) -> None:
+    for task in result.tasks:
+        if task.contact is not None and not task.status.terminal:
+            _out(f"{task.id} {task.status} ({task.contact.id}): {question_line(task)}")
+        else:
+            _out(f"{task.id} {task.status}")
+
+
+def _detached(result: Detached) -> None:
+    _out(result.run_id)
+
+
+def _led(result: Led) -> None:
+    """The summary is a note on stderr; stdout had the run's progress."""
+
+
+_TEXT_VIEWS: dict[type, Callable[[Any], None]] = {
+    Sent: _sent,
+    Cancelled: _cancelled,
+    HandedOff: _handed_off,
+    RunList: _runs,
+    StatusReport: _status,
+    Timeline: _timeline,
+    DoctorReport: _doctor,
+    Initialized: _initialized,
+    SchemaDoc: _schema,
+    Waited: _waited,
+    Detached: _detached,
+    Led: _led,
+}
+
+
+# ----------------------------------------------------------------------------- streams
+
+
 def event_line(event: Event) -> str:
     """One event as a plain line: time, seq, type, task, message."""
     task = event.task_id or "-"
     text = event.message or ""
     return f"{event.at}  #{event.seq:<5} {event.type:<22} {task:<16} {text}".rstrip()
+
+
+def event_json(event: Event) -> str:
+    """One event as a JSON line, as events.jsonl holds it."""
+    return event.model_dump_json(exclude_none=True)
 
 
 #: Events too frequent or too internal for the progress of a run shown to a person.
@@ -234,10 +410,10 @@ _QUIET = frozenset(
         EventType.LEADER_STARTED,
     }
 )
-
-
 #: Attention decisions worth a line of progress: the ones that change what a worker does.
-_NOTABLE_DECISIONS = frozenset({"preempt", "merge", "cancel", "defer"})
+_NOTABLE_DECISIONS = frozenset(
+    {DecisionAction.PREEMPT, DecisionAction.MERGE, DecisionAction.CANCEL, DecisionAction.DEFER}
+)
 
 
 def progress_line(event: Event) -> str | None:
@@ -253,26 +429,14 @@ def progress_line(event: Event) -> str | None:
     return f"{event.at[11:19]}  {event.message}"
 
 
-def doctor_report(report: DoctorReport) -> None:
-    out = sys.stdout
-    for finding in report.findings:
-        mark = (
-            " [repaired]"
-            if finding.repaired
-            else (" [needs attention]" if not finding.repairable else "")
-        )
-        out.write(f"{finding.location()}: {finding.problem}{mark}\n")
-    checked = len(report.runs)
-    runs = f"{checked} run{'s' * (checked != 1)}"
-    if not report.findings:
-        out.write(f"Checked {runs}: no problems found.\n")
-    elif report.clean:
-        out.write(f"Checked {runs}: repaired {len(report.findings)} problem(s).\n")
-    else:
-        left = [f for f in report.findings if not f.repaired]
-        hint = (
-            ""
-            if report.repair or not any(f.repairable for f in left)
-            else (" Run `crew doctor --repair` to fix what can be fixed.")
-        )
-        out.write(f"Checked {runs}: {len(left)} problem(s).{hint}\n")
+def show_events(events: list[Event], *, json: bool, progress: bool = False) -> None:
+    """Print events as they come: JSON lines, or lines for people (`progress`: only those
+    worth showing while a run goes)."""
+    for event in events:
+        if json:
+            _out(event_json(event))
+            continue
+        line = progress_line(event) if progress else event_line(event)
+        if line:
+            _out(line)
+    sys.stdout.flush()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from crew import env
 from crew.errors import UsageError
-from crew.paths import CONFIG_FILENAME, HOME_DIRNAME, HOME_ENV, Home
+from crew.paths import CONFIG_FILENAME, HOME_DIRNAME, Home
+from crew.results import Initialized
 from crew.store.files import make_dirs
 from crew.store.snapshot import write_atomic
 
@@ -68,26 +68,21 @@ prompt = "say hello"
 """
 
 
-@dataclass(frozen=True)
-class InitResult:
-    home: Home
-    created: bool
-
-
-def init_home(directory: Path | None = None) -> InitResult:
+def init_home(directory: Path | None = None) -> Initialized:
     """Create `directory/.crew` (or $CREW_HOME's folder when no directory is given).
 
     An existing home is left exactly as it is.
     """
-    if directory is None and os.environ.get(HOME_ENV):
-        root = Path(os.environ[HOME_ENV]).expanduser()
+    named = env.HOME.value()
+    if directory is None and named:
+        root = Path(named).expanduser()
     else:
         root = (directory or Path.cwd()) / HOME_DIRNAME
     root = root.absolute()
     if root.exists():
         if not root.is_dir():
             raise UsageError(f"{root} exists and is not a folder.")
-        return InitResult(Home(root), created=False)
+        return Initialized(root, Home(root).config_file, created=False)
     if not root.parent.is_dir():
         raise UsageError(f"Cannot create {root}: {root.parent} is not a folder.")
     make_dirs(root)
@@ -97,4 +92,4 @@ def init_home(directory: Path | None = None) -> InitResult:
     write_atomic(home.state_dir / ".gitignore", STATE_GITIGNORE.encode())
     write_atomic(home.state_dir / ".gitattributes", STATE_GITATTRIBUTES.encode())
     write_atomic(root / CONFIG_FILENAME, CONFIG_TEMPLATE.encode())
-    return InitResult(home, created=True)
+    return Initialized(root, home.config_file, created=True)

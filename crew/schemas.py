@@ -18,6 +18,7 @@ from crew import config, models
 from crew.config import CrewConfig
 from crew.errors import UsageError
 from crew.models import Event, LeaderInfo, MailboxMessage, Run, SupervisorContact, Task
+from crew.results import SchemaDoc
 
 #: name -> (what it describes, the type)
 SCHEMAS: dict[str, tuple[str, Any]] = {
@@ -49,6 +50,11 @@ def schema(name: str) -> dict[str, Any]:
 
 def all_schemas() -> dict[str, dict[str, Any]]:
     return {name: schema(name) for name in SCHEMAS}
+
+
+def schema_doc(name: str | None = None) -> SchemaDoc:
+    """`crew schema [NAME]`: one schema, or all of them by name."""
+    return SchemaDoc(schema(name) if name is not None else all_schemas())
 
 
 def _describe(document: dict[str, Any], kind: Any) -> None:

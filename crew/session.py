@@ -6,16 +6,15 @@ import getpass
 import os
 import socket
 
+from crew import env
 from crew.ids import check_session
-
-SESSION_ENV = "CREW_SESSION_ID"
 
 
 def current_session(explicit: str | None = None) -> str:
     """`explicit` (--session), else $CREW_SESSION_ID, else `<user>@<host>`."""
     if explicit is not None:
         return check_session(explicit)
-    from_env = os.environ.get(SESSION_ENV)
+    from_env = env.SESSION.value()
     if from_env:
         return check_session(from_env)
     try:

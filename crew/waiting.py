@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from enum import StrEnum
 
 from crew import clock
-from crew.errors import CrewTimeout, NotFound, Refused
-from crew.follow import watch_folders
-from crew.models import MailboxMessage, Task
+from crew.errors import CrewTimeout, Refused
+from crew.models import MailboxMessage
 from crew.registry import MessageStatus, TaskStatus
-from crew.run import RunStore
+from crew.results import Sent, Waited
 from crew.store import jsonl
+from crew.store.runstore import RunStore
+from crew.store.watch import watch_folders
 
 _REACHED = {
     MessageStatus.DELIVERED: frozenset({MessageStatus.DELIVERED, MessageStatus.ACKNOWLEDGED}),
@@ -53,6 +55,14 @@ def wait_for_message(
         watcher.close()
 
 
+def wait_for_sent(
+    store: RunStore, sent: Sent, *, until: MessageStatus, timeout: float | None = None
+) -> Sent:
+    """`sent`, once its message is delivered (or acknowledged): see `wait_for_message`."""
+    message = wait_for_message(store, sent.message, until=until, timeout=timeout)
+    return dataclasses.replace(sent, message=message, waited_for=until.value)
+
+
 def _still(message: MailboxMessage, until: MessageStatus, timeout: float) -> str:
     waited = clock.format_duration(timeout)
     if message.status is MessageStatus.PENDING:
@@ -74,7 +84,7 @@ class Until(StrEnum):
 
 def wait_for_run(
     store: RunStore, until: Until, *, task_id: str | None = None, timeout: float | None = None
-) -> list[Task]:
+) -> Waited:
     """Block until the condition holds; returns the tasks that match it.
 
     CrewTimeout (exit 3) when `timeout` passes first; Refused (exit 4) when it can no longer
@@ -85,21 +95,18 @@ def wait_for_run(
     try:
         while True:
             state = store.state()
-            if task_id is not None and task_id not in state.tasks:
-                known = ", ".join(state.tasks)
-                raise NotFound(f"Run {store.run_id} has no task {task_id!r} (tasks: {known}).")
-            tasks = [state.tasks[task_id]] if task_id is not None else state.task_list()
+            tasks = [state.task(task_id)] if task_id is not None else state.task_list()
             ended = tasks[0].status.terminal if task_id is not None else state.run.status.terminal
             if until is Until.WAITING:
                 matching = [t for t in tasks if t.status is TaskStatus.WAITING]
                 if matching:
-                    return matching
+                    return Waited(store.run_id, until.value, matching)
                 if ended:
                     what = f"Task {task_id}" if task_id else f"Run {store.run_id}"
                     status = tasks[0].status if task_id else state.run.status
                     raise Refused(f"{what} ended ({status}) without waiting for an answer.")
             elif ended:
-                return tasks
+                return Waited(store.run_id, until.value, tasks)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 what = f"task {task_id}" if task_id else f"run {store.run_id}"

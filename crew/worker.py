@@ -31,20 +31,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from crew import env
 from crew.errors import CrewError, CrewTimeout
 from crew.protocol import contact_line
-from crew.registry import ContactType, MessageKind
+from crew.registry import (
+    REDIRECTING_DECISIONS,
+    REPORT_CONTACTS,
+    ContactType,
+    DecisionAction,
+    MessageKind,
+    Priority,
+)
+from crew.text import first_line
 
 MERGE_SEPARATOR = "\n\n---\n\n"
 #: The id of the task's own work (`begin`): not a message, so never acknowledged.
 TASK_ITEM = "task"
 COALESCE_WINDOW = 0.2
-_RANK = {
-    MessageKind.RESPOND: 0,
-    MessageKind.STEER: 1,
-    MessageKind.NUDGE: 2,
-    MessageKind.FOLLOW_UP: 3,
-}
+#: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
+_INBOUND = frozenset(
+    {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
+)
 _URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
 
 
@@ -71,8 +78,7 @@ class Message:
     @property
     def summary(self) -> str:
         """The first line of the body, with `(+N)` when N more messages were merged in."""
-        first = self.body.strip().splitlines()[0] if self.body.strip() else ""
-        first = first if len(first) <= 80 else first[:79] + "…"
+        first = first_line(self.body)
         return f"{first} (+{len(self.merged)})" if self.merged else first
 
     @property
@@ -137,24 +143,21 @@ class Worker:
     @classmethod
     def from_env(cls, **options: Any) -> Worker:
         """The worker of the current crew task (NotInRun outside a crew run)."""
-        try:
-            run_id = os.environ["CREW_RUN_ID"]
-            task_id = os.environ["CREW_TASK_ID"]
-        except KeyError:
+        run_id, task_id = env.RUN_ID.value(), env.TASK_ID.value()
+        if run_id is None or task_id is None:
             raise NotInRun(
-                "Not running under a crew leader: CREW_RUN_ID and CREW_TASK_ID are not set.",
+                f"Not running under a crew leader: {env.RUN_ID.name} and {env.TASK_ID.name} "
+                "are not set.",
                 hint="Start this program as a task of a crew (`crew run`).",
-            ) from None
-        return cls(
-            run_id=run_id, task_id=task_id, attempt=int(os.environ.get("CREW_ATTEMPT", "1")),
-            **options,
-        )  # fmt: skip
+            )
+        attempt = int(env.ATTEMPT.value() or "1")
+        return cls(run_id=run_id, task_id=task_id, attempt=attempt, **options)
 
     # ------------------------------------------------------------------ talking to the leader
 
     def report(self, text: str, kind: str = "progress") -> None:
         """A non-blocking `progress`, `status` or `note` line."""
-        if ContactType(kind) not in {ContactType.PROGRESS, ContactType.STATUS, ContactType.NOTE}:
+        if ContactType(kind) not in REPORT_CONTACTS:
             raise ValueError(f"report kind must be progress, status or note, not {kind!r}")
         self._say(f"@supervisor {kind}: {' '.join(text.split())}")
 
@@ -224,7 +227,7 @@ class Worker:
                 self._cond.wait(remaining)
         self.focus = item
         self._ack(item)
-        self._decide(Decision("pick", item, "most urgent queued item"))
+        self._decide(Decision(DecisionAction.PICK, item, "most urgent queued item"))
         return item
 
     def begin(self, body: str, *, kind: MessageKind = MessageKind.FOLLOW_UP) -> Message:
@@ -236,7 +239,7 @@ class Worker:
         if self.focus is not None:
             self.done()
         self.focus = Message(id=TASK_ITEM, kind=kind, body=body)
-        self._decide(Decision("pick", self.focus, "the task's own work"))
+        self._decide(Decision(DecisionAction.PICK, self.focus, "the task's own work"))
         return self.focus
 
     def checkpoint(self) -> Decision:
@@ -247,15 +250,19 @@ class Worker:
         with self._cond:
             answered = self._answer_nudges()
             if not self._queue:
-                return answered[-1] if answered else Decision("continue", None, "nothing new")
+                return (
+                    answered[-1]
+                    if answered
+                    else Decision(DecisionAction.CONTINUE, None, "nothing new")
+                )
             new = self._queue[0].message
             decision = _rules(current, new)
-            if decision.action == "continue" and self.judge is not None:
+            if decision.action == DecisionAction.CONTINUE and self.judge is not None:
                 judged = self.judge(current, new)
                 if judged is not None:
                     decision = Decision(judged.action, judged.item or new, judged.reason)
-            self._apply(current, decision)
-        if decision.item is not None and decision.action in {"preempt", "cancel", "merge"}:
+            self._carry_out(current, decision)
+        if decision.item is not None and decision.action in REDIRECTING_DECISIONS:
             self._ack(decision.item)
         self._decide(decision, focus=current)
         return decision
@@ -265,24 +272,24 @@ class Worker:
         if self.focus is None:
             return
         item, self.focus = self.focus, None
-        self._decide(Decision("done", item, outcome or ""))
+        self._decide(Decision(DecisionAction.DONE, item, outcome or ""))
 
     # ------------------------------------------------------------------ inside
 
-    def _apply(self, current: Message, decision: Decision) -> None:
+    def _carry_out(self, current: Message, decision: Decision) -> None:
         new = decision.item
-        if new is None or decision.action == "continue":
+        if new is None or decision.action == DecisionAction.CONTINUE:
             return
         self._remove(new)
-        if decision.action == "preempt":
+        if decision.action == DecisionAction.PREEMPT:
             self._deferred.append(current)
             self.focus = new
-        elif decision.action == "cancel":
+        elif decision.action == DecisionAction.CANCEL:
             self.focus = new  # the current work is dropped for good
-        elif decision.action == "merge":
+        elif decision.action == DecisionAction.MERGE:
             current.body += MERGE_SEPARATOR + new.body
             current.merged += new.ids
-        elif decision.action == "defer":
+        elif decision.action == DecisionAction.DEFER:
             self._deferred.append(new)
         else:
             raise ValueError(f"unknown decision {decision.action!r}")
@@ -303,7 +310,9 @@ class Worker:
                 status = "idle, waiting for work"
             self._ack(nudge)
             self.report(status, kind="status")
-            decisions.append(Decision("continue", nudge, "nudge answered with a status report"))
+            decisions.append(
+                Decision(DecisionAction.CONTINUE, nudge, "nudge answered with a status report")
+            )
             self._decide(decisions[-1], focus=self.focus)
         return decisions
 
@@ -335,11 +344,11 @@ class Worker:
                     target = entry.message
                     target.body += MERGE_SEPARATOR + message.body
                     target.merged += message.ids
-                    if _PRIORITY.get(message.priority, 0) > _PRIORITY.get(target.priority, 0):
+                    if _rank(message.priority) > _rank(target.priority):
                         target.priority = message.priority
                     return
         self._seq += 1
-        self._queue.append(_Queued(_RANK[message.kind], self._seq, message))
+        self._queue.append(_Queued(message.kind.delivery_rank, self._seq, message))
         self._queue.sort()
 
     def _read(self, fd: int) -> None:
@@ -389,22 +398,29 @@ class Worker:
             self._out.flush()
 
 
-_PRIORITY = {"low": 0, "normal": 1, "high": 2}
+def _rank(priority: str) -> int:
+    """How urgent a priority a frame named is (unknown ones count as low)."""
+    try:
+        return Priority(priority).rank
+    except ValueError:
+        return 0
 
 
 def _rules(current: Message, new: Message) -> Decision:
     """The heuristics (docs/attention.md): they never cancel; only a judge can."""
     if new.kind is MessageKind.RESPOND:
         if current.kind is MessageKind.RESPOND:
-            return Decision("continue", new, "answers are taken in turn")
-        return Decision("preempt", new, "an answer comes before anything else")
+            return Decision(DecisionAction.CONTINUE, new, "answers are taken in turn")
+        return Decision(DecisionAction.PREEMPT, new, "an answer comes before anything else")
     if new.kind is MessageKind.STEER:
         if current.kind is MessageKind.STEER:
-            return Decision("merge", new, "a steer joins the steer in progress")
+            return Decision(DecisionAction.MERGE, new, "a steer joins the steer in progress")
         if current.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE}:
-            return Decision("preempt", new, "a steer outranks the current work")
-        return Decision("continue", new, "an answer in progress outranks a steer")
-    return Decision("continue", new, f"a {new.kind} waits for the current work to finish")
+            return Decision(DecisionAction.PREEMPT, new, "a steer outranks the current work")
+        return Decision(DecisionAction.CONTINUE, new, "an answer in progress outranks a steer")
+    return Decision(
+        DecisionAction.CONTINUE, new, f"a {new.kind} waits for the current work to finish"
+    )
 
 
 def _parse_frame(line: bytes) -> Message | None:
@@ -413,7 +429,7 @@ def _parse_frame(line: bytes) -> Message | None:
         kind = MessageKind(frame["type"])
     except (ValueError, KeyError, TypeError):
         return None  # not a frame (a text-mode line, or noise): ignored
-    if kind not in _RANK:
+    if kind not in _INBOUND:
         return None
     data = frame.get("data")
     return Message(

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from crew.config import CrewConfig, parse_config
+from crew.domain.runs import create_run
 from crew.paths import Home
-from crew.run import RunStore, create_run
+from crew.store.runstore import RunStore
 
 SESSION = "tester@ci"
 

@@ -14,7 +14,7 @@ from crew import clock, ids
 from crew.models import MailboxMessage
 from crew.paths import Home
 from crew.registry import Box, Direction, MessageKind, MessageStatus, Priority
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 FAKES = Path(__file__).parent / "fakes"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from crew.paths import Home
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 WORKER = Path(__file__).parent / "workers" / "scripted.py"
 

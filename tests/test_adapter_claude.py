@@ -12,8 +12,8 @@ from conftest import SESSION
 from fake_agents import FakeAgent, line, log, message, notes
 from leaders import eventually
 
-from crew import ops
-from crew.adapters import AgentError, TurnEnd
+from crew import verbs
+from crew.adapters.base import AgentError, TurnEnd
 from crew.adapters.claude_code import ClaudeCodeAdapter
 from crew.config import AgentConfig
 from crew.models import Task
@@ -57,10 +57,10 @@ def test_a_question_with_options_is_a_selection_answered_by_its_text(
 ) -> None:
     leader, store = start(tmp_path, home, "ASKQ")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
     assert task.contact.prompt == DATABASE and task.contact.options == ["Postgres", "SQLite"]
-    ops.respond(store, "t", "SQLite", session=SESSION)
+    verbs.respond(store, "t", "SQLite", session=SESSION)
 
     assert leader.finish() == 0
     assert sent(store)[0] == user("ASKQ")
@@ -77,14 +77,14 @@ def test_several_questions_are_one_input_answered_by_a_json_object(
 ) -> None:
     leader, store = start(tmp_path, home, "ASKMANY")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
     assert task.contact.prompt.splitlines()[1:] == [
         f"1. {DATABASE} [Postgres|SQLite]",
         f"2. {FEATURES} [Auth|Search|Export] (any of them)",
     ]
     body = json.dumps({DATABASE: "SQLite", FEATURES: ["Auth", "Search"]})
-    ops.respond(store, "t", body, session=SESSION)
+    verbs.respond(store, "t", body, session=SESSION)
 
     assert leader.finish() == 0
     (answer,) = answers(store)
@@ -105,12 +105,12 @@ def test_a_permission_request_is_a_confirmation_only_a_yes_allows(
 ) -> None:
     leader, store = start(tmp_path, home, "RUNBASH")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
     assert task.contact.prompt == (
         "Allow Bash: fake command — touch created-by-fake.txt && echo created?"
     )
-    ops.respond(store, "t", body, session=SESSION)
+    verbs.respond(store, "t", body, session=SESSION)
 
     assert leader.finish() == 0
     (answer,) = answers(store)
@@ -151,14 +151,14 @@ def test_approvals_allow_or_deny_answer_at_once_and_say_so(
 def test_two_requests_are_asked_one_after_the_other(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "TWOBASH")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert (
         task.contact is not None and task.contact.prompt == "Allow Bash: fake command — echo one?"
     )
-    ops.respond(store, "t", "yes", session=SESSION)
+    verbs.respond(store, "t", "yes", session=SESSION)
     asked = eventually(lambda: store.state().tasks["t"].contact)
     assert asked.prompt == "Allow Bash: fake command — echo two?"
-    ops.respond(store, "t", "no", session=SESSION)
+    verbs.respond(store, "t", "no", session=SESSION)
 
     assert leader.finish() == 0
     assert [a["behavior"] for a in answers(store)] == ["allow", "deny"]
@@ -181,7 +181,7 @@ def test_a_steer_mid_turn_joins_it(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "SLOW")
     eventually(lambda: sent(store))
 
-    ops.steer(store, "t", "also bananas", session=SESSION)
+    verbs.steer(store, "t", "also bananas", session=SESSION)
 
     assert leader.finish() == 0
     assert sent(store)[1] == user("also bananas", priority="next")
@@ -196,7 +196,7 @@ def test_a_follow_up_mid_turn_is_its_own_turn_after_it(
     leader, store = start(tmp_path, home, "SLOW", **({} if states else {"env": {STATES: "0"}}))
     eventually(lambda: sent(store))
 
-    ops.follow_up(store, "t", "second job", session=SESSION)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
     assert sent(store)[1] == user("second job", priority="later")
@@ -213,7 +213,7 @@ def test_a_follow_up_after_the_turn_starts_a_new_turn_while_the_agent_is_kept_op
     leader, store = start(tmp_path, home, "first job", keepOpen="800ms")
     eventually(lambda: '"state": "idle"' in log(store))
 
-    ops.follow_up(store, "t", "second job", session=SESSION)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
     assert sent(store)[1] == user("second job")  # claude was idle: no priority
@@ -239,7 +239,7 @@ def test_cancel_stops_the_agent(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "SLOW")
     eventually(lambda: sent(store))
 
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
 
     assert leader.finish() == 1
     assert store.state().tasks["t"].status is TaskStatus.CANCELLED

@@ -13,8 +13,8 @@ from fake_agents import FakeAgent, line, lines, log, message, notes
 from leaders import eventually
 
 import crew
-from crew import ops
-from crew.adapters import AgentError, TurnEnd, Withdrawn
+from crew import verbs
+from crew.adapters.base import AgentError, TurnEnd, Withdrawn
 from crew.adapters.codex import CodexAdapter
 from crew.config import AgentConfig
 from crew.models import Task
@@ -84,11 +84,11 @@ def test_a_question_with_options_is_a_selection_answered_by_its_id(
 ) -> None:
     leader, store = start(tmp_path, home, "ASKQ")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
     assert task.contact.prompt == "Database: Which database should we use?"
     assert task.contact.options == ["Postgres (Recommended)", "SQLite"]
-    ops.respond(store, "t", "SQLite", session=SESSION)
+    verbs.respond(store, "t", "SQLite", session=SESSION)
 
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"answers": {"db": {"answers": ["SQLite"]}}}}
@@ -100,13 +100,13 @@ def test_several_questions_are_one_input_answered_by_a_json_object(
 ) -> None:
     leader, store = start(tmp_path, home, "ASKMANY")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
     assert "db: Database: Which database should we use? [Postgres (Recommended)|SQLite]" in (
         task.contact.prompt
     )
     assert "name: Name: What is the project called?" in task.contact.prompt
-    ops.respond(
+    verbs.respond(
         store, "t", '{"db": "SQLite", "What is the project called?": "crew"}', session=SESSION
     )
 
@@ -125,12 +125,12 @@ def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
 ) -> None:
     leader, store = start(tmp_path, home, "RUNCMD")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
     assert task.contact.prompt == (
         "Run `/bin/bash -lc 'touch created.txt'`? (it writes outside the sandbox)"
     )
-    ops.respond(store, "t", reply, session=SESSION)
+    verbs.respond(store, "t", reply, session=SESSION)
 
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"decision": decision}}
@@ -168,12 +168,12 @@ def test_with_approvals_allow_permissions_are_granted_as_asked(tmp_path: Path, h
 def test_a_file_change_approval_names_the_files_of_its_item(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "EDIT")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
     assert task.contact.prompt == (
         "Apply changes to src/app.py (update), NOTES.md (add)? (it edits two files)"
     )
-    ops.respond(store, "t", "yes", session=SESSION)
+    verbs.respond(store, "t", "yes", session=SESSION)
 
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"decision": "accept"}}
@@ -184,7 +184,7 @@ def test_a_steer_mid_turn_steers_the_active_turn(tmp_path: Path, home: Home) -> 
     leader, store = start(tmp_path, home, "SLOW")
     (started,) = eventually(lambda: said(store, "turn/started"))
 
-    ops.steer(store, "t", "also bananas", session=SESSION)
+    verbs.steer(store, "t", "also bananas", session=SESSION)
 
     assert leader.finish() == 0
     steer = next(m for m in sent(store) if m.get("method") == "turn/steer")
@@ -203,7 +203,7 @@ def test_a_follow_up_during_a_turn_is_a_new_turn_once_it_completes(
     leader, store = start(tmp_path, home, "SLOW")
     eventually(lambda: said(store, "turn/started"))
 
-    ops.follow_up(store, "t", "second job", session=SESSION)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
     logged = lines(store)
@@ -225,7 +225,7 @@ def test_a_follow_up_after_the_turn_starts_a_new_turn_while_the_agent_is_kept_op
     leader, store = start(tmp_path, home, "first job", keepOpen="800ms")
     eventually(lambda: "done: first job" in log(store))
 
-    ops.follow_up(store, "t", "second job", session=SESSION)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
     follow = sent(store)[-1]

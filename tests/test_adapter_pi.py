@@ -8,7 +8,7 @@ from conftest import SESSION
 from fake_agents import FakeAgent, log
 from leaders import eventually
 
-from crew import ops
+from crew import verbs
 from crew.paths import Home
 from crew.registry import Box, ContactType, RunStatus, TaskStatus
 from crew.waiting import Until, wait_for_run
@@ -23,10 +23,10 @@ def test_a_selection_dialog_becomes_a_question_and_the_answer_goes_back(
 ) -> None:
     leader, store = start(tmp_path, home, "ASK:select")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
     assert task.contact.prompt == "Pick a colour" and task.contact.options == ["red", "green"]
-    ops.respond(store, "t", "green", session=SESSION)
+    verbs.respond(store, "t", "green", session=SESSION)
 
     assert leader.finish() == 0
     commands = sent(store)
@@ -39,10 +39,10 @@ def test_a_selection_dialog_becomes_a_question_and_the_answer_goes_back(
 def test_a_confirm_dialog_is_confirmed_only_by_a_yes(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "ASK:confirm")
 
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
     assert task.contact.prompt == "Proceed?: This will repaint the house."
-    ops.respond(store, "t", "no, not today", session=SESSION)
+    verbs.respond(store, "t", "no, not today", session=SESSION)
 
     assert leader.finish() == 0
     assert sent(store)[1] == {
@@ -56,7 +56,7 @@ def test_a_steer_mid_run_is_a_steering_prompt(tmp_path: Path, home: Home) -> Non
     leader, store = start(tmp_path, home, "SLOW")
     eventually(lambda: len(sent(store)) >= 1)
 
-    ops.steer(store, "t", "also bananas", session=SESSION)
+    verbs.steer(store, "t", "also bananas", session=SESSION)
 
     assert leader.finish() == 0
     steer = next(c for c in sent(store) if c.get("message") == "also bananas")
@@ -70,7 +70,7 @@ def test_a_follow_up_after_the_turn_starts_a_new_run_while_the_agent_is_kept_ope
     leader, store = start(tmp_path, home, "first job", keepOpen="3s")
     eventually(lambda: "done: first job" in log(store))
 
-    ops.follow_up(store, "t", "second job", session=SESSION)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
     follow = next(c for c in sent(store) if c.get("message") == "second job")
@@ -94,7 +94,7 @@ def test_cancel_stops_the_agent(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "SLOW")
     eventually(lambda: len(sent(store)) >= 1)
 
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
 
     assert leader.finish() == 1
     assert store.state().tasks["t"].status is TaskStatus.CANCELLED

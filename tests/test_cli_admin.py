@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import CliResult, snapshot_files
 
+from crew.domain import change, tasks
 from crew.paths import Home
 from crew.registry import TaskStatus
-from crew.run import RunStore
 from crew.schemas import SCHEMAS
+from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
 MakeRun = Callable[..., RunStore]
@@ -83,8 +84,8 @@ def test_schema_prints_every_format_or_one(cli: Cli) -> None:
 def _damage(store: RunStore) -> None:
     with store.paths.events.open("ab") as handle:
         handle.write(b"not json at all\n")
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
     (store.paths.mailbox_dir / "inbox.jsonl").write_bytes(b'{"id": "msg_1", "truncated')
     store.paths.manifest.write_text('{"runId": ')
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import CliResult, config
 
 from crew import ids
+from crew.domain import change, mailbox, tasks
 from crew.models import MailboxMessage, SupervisorContact
 from crew.registry import (
     ContactType,
@@ -21,7 +22,7 @@ from crew.registry import (
     Priority,
     TaskStatus,
 )
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
 MakeRun = Callable[..., RunStore]
@@ -30,10 +31,11 @@ MakeRun = Callable[..., RunStore]
 def waiting_run(make_run: MakeRun) -> RunStore:
     """A run whose `plan` task waits on a selection, with one steer delivered and one pending."""
     store = make_run()
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at)
         for body in ("use sqlite", "and keep it small"):
-            txn.post(
+            mailbox.post(
+                txn,
                 MailboxMessage(
                     id=ids.new_message_id(),
                     direction=Direction.INBOX,
@@ -47,11 +49,12 @@ def waiting_run(make_run: MakeRun) -> RunStore:
                     sent_at=txn.at,
                 ),
                 EventType.AGENT_STEERED,
-                message=f"steered plan: {body}",
+                f"steered plan: {body}",
             )
-    with store.transaction() as txn:
+    with change(store) as txn:
         first = next(iter(txn.messages(MessageKind.STEER.box).values()))
-        txn.post(
+        mailbox.post(
+            txn,
             first.model_copy(update={"status": MessageStatus.DELIVERED, "delivered_at": txn.at}),
             EventType.MAILBOX_DELIVERED,
         )
@@ -63,7 +66,7 @@ def waiting_run(make_run: MakeRun) -> RunStore:
             options=["postgres", "sqlite"],
             asked_at=txn.at,
         )
-        txn.transition("plan", TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
+        tasks.transition(txn, "plan", TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
     return store
 
 
@@ -80,9 +83,9 @@ def test_version_and_help(cli: Cli) -> None:
 def test_runs_lists_newest_first_and_filters_by_status(cli: Cli, make_run: MakeRun) -> None:
     older = make_run()
     newer = waiting_run(make_run)
-    with older.transaction() as txn:
+    with change(older) as txn:
         for task in ("plan", "build"):
-            txn.transition(task, TaskStatus.CANCELLED, error="test")
+            tasks.transition(txn, task, TaskStatus.CANCELLED, error="test")
 
     listed = json.loads(cli("runs", "--json").out)
     assert [r["runId"] for r in listed] == [newer.run_id, older.run_id]
@@ -110,7 +113,8 @@ def test_status_json_has_the_documented_shape(cli: Cli, make_run: MakeRun) -> No
 
     assert result.code == 0
     data = json.loads(result.out)
-    assert list(data) == ["run", "tasks", "pending", "warnings"]
+    assert list(data) == ["run", "tasks", "pending", "warnings", "leader"]
+    assert data["leader"] == {"alive": False}
     assert data["run"]["runId"] == store.run_id
     assert [t["id"] for t in data["tasks"]] == ["plan", "build"]
     assert data["tasks"][0]["contact"]["options"] == ["postgres", "sqlite"]
@@ -209,7 +213,7 @@ def test_events_reports_a_corrupt_line_on_stderr_and_goes_on(cli: Cli, make_run:
     store = make_run()
     with store.paths.events.open("ab") as handle:
         handle.write(b"garbage\n")
-    with store.transaction() as txn:
+    with change(store) as txn:
         txn.record(EventType.ATTENTION_DECISION, task_id="plan")
 
     result = cli("events", "latest", "--json")
@@ -224,12 +228,12 @@ def test_events_follow_prints_new_events_until_the_run_ends(cli: Cli, make_run: 
 
     def writer() -> None:
         time.sleep(0.2)
-        with store.transaction() as txn:
-            txn.transition("plan", TaskStatus.RUNNING)
+        with change(store) as txn:
+            tasks.transition(txn, "plan", TaskStatus.RUNNING)
         time.sleep(0.1)
-        with store.transaction() as txn:
-            txn.transition("plan", TaskStatus.CANCELLED, error="stop")
-            txn.transition("build", TaskStatus.CANCELLED, error="stop")
+        with change(store) as txn:
+            tasks.transition(txn, "plan", TaskStatus.CANCELLED, error="stop")
+            tasks.transition(txn, "build", TaskStatus.CANCELLED, error="stop")
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -243,8 +247,8 @@ def test_events_follow_prints_new_events_until_the_run_ends(cli: Cli, make_run: 
 
 def test_following_an_ended_run_prints_it_and_returns(cli: Cli, make_run: MakeRun) -> None:
     store = make_run(config(tasks=[{"id": "only", "agent": "coder", "prompt": "x"}]))
-    with store.transaction() as txn:
-        txn.transition("only", TaskStatus.CANCELLED)
+    with change(store) as txn:
+        tasks.transition(txn, "only", TaskStatus.CANCELLED)
 
     result = cli("events", "latest", "--follow")
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult, snapshot_files
-from test_ops import ask, start
+from test_verbs import ask, start
 
+from crew.domain import change, mailbox
 from crew.models import Event, MailboxMessage
 from crew.registry import Box, EventType, MessageStatus, TaskStatus
-from crew.run import RunStore
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
 MakeRun = Callable[..., RunStore]
@@ -212,9 +213,10 @@ def test_wait_blocks_until_the_message_is_delivered(cli: Cli, make_run: MakeRun)
 
     def deliver() -> None:
         time.sleep(0.3)
-        with store.transaction() as txn:
+        with change(store) as txn:
             message = next(iter(txn.messages(Box.STEERING).values()))
-            txn.post(
+            mailbox.post(
+                txn,
                 message.model_copy(
                     update={"status": MessageStatus.DELIVERED, "delivered_at": txn.at}
                 ),
@@ -253,9 +255,9 @@ def test_wait_reports_a_message_rejected_meanwhile(cli: Cli, make_run: MakeRun) 
 
     def cancel_soon() -> None:
         time.sleep(0.3)
-        from crew import ops
+        from crew import verbs
 
-        ops.cancel(store, "plan", session=SESSION, grace=0.1)
+        verbs.cancel(store, "plan", session=SESSION, grace=0.1)
 
     thread = threading.Thread(target=cancel_soon)
     thread.start()

@@ -8,11 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 
 from crew import ids
+from crew.domain import change
 from crew.models import Event, MailboxMessage
 from crew.paths import RunPaths
 from crew.registry import Box, Direction, EventType, MessageKind, MessageStatus, Priority
-from crew.run import RunStore
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 
 WRITERS = 8
 APPENDS = 500
@@ -23,7 +24,7 @@ def _writer(paths: RunPaths, writer: int, count: int, ready: object) -> None:
     store = RunStore(paths)
     ready.wait()  # type: ignore[attr-defined]  # a multiprocessing.Event: start together
     for n in range(count):
-        with store.transaction() as txn:
+        with change(store) as txn:
             mail = MailboxMessage(
                 id=ids.new_message_id(),
                 direction=Direction.INBOX,
@@ -36,7 +37,7 @@ def _writer(paths: RunPaths, writer: int, count: int, ready: object) -> None:
                 priority=Priority.NORMAL,
                 sent_at=txn.at,
             )
-            txn.post(mail, EventType.AGENT_FOLLOWED_UP, data={"writer": writer, "n": n})
+            txn.record(EventType.AGENT_FOLLOWED_UP, mail=mail, data={"writer": writer, "n": n})
 
 
 def test_concurrent_writers_lose_nothing_and_seq_stays_unique(

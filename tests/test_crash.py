@@ -15,12 +15,12 @@ import pytest
 from conftest import SESSION
 from leaders import write_crew
 
-from crew import ops
+from crew import verbs
 from crew.doctor import doctor
 from crew.leader import start_run
 from crew.paths import Home
 from crew.registry import Box, MessageStatus, RunStatus, TaskStatus
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 KILL_POINTS = [
     "append:events.jsonl@1",  # the takeover's events, before its snapshot
@@ -64,8 +64,8 @@ def _scripted_run(tmp_path: Path, home: Home) -> RunStore:
         ],
     )  # fmt: skip
     store = start_run(home, tmp_path / "crew.toml", session=SESSION)
-    ops.follow_up(store, "a", "extra work for a", session=SESSION)
-    ops.follow_up(store, "b", "extra work for b", session=SESSION)
+    verbs.follow_up(store, "a", "extra work for a", session=SESSION)
+    verbs.follow_up(store, "b", "extra work for b", session=SESSION)
     return store
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import EventType, RunStatus, TaskStatus
-from crew.run import RunStore
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 
 EXAMPLE = Path(__file__).resolve().parent.parent / ".crew-example"
 

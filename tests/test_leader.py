@@ -14,7 +14,8 @@ import pytest
 from conftest import SESSION
 from leaders import Leader, eventually, store_of, write_crew
 
-from crew import ops
+from crew import verbs
+from crew.domain import change
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import Box, EventType, MessageKind, MessageStatus, RunStatus, TaskStatus
@@ -37,7 +38,7 @@ def test_ask_respond_from_another_process_then_complete(tmp_path: Path, home: Ho
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
 
-    (waiting,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (waiting,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert waiting.contact is not None and waiting.contact.prompt == "Which database?"
     answered = subprocess.run(
         [sys.executable, "-m", "crew", "respond", leader.run_id, "plan", "Postgres, please", "--wait-ack", "--timeout", "20s"],
@@ -71,15 +72,15 @@ def test_a_selection_takes_only_one_of_its_options(tmp_path: Path, home: Home) -
     )
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.contact is not None and task.contact.options == ["red", "green"]
 
     try:
-        ops.respond(store, "pick", "blue", session=SESSION)
+        verbs.respond(store, "pick", "blue", session=SESSION)
         raise AssertionError("an answer outside the options was accepted")
     except Exception as error:
         assert "is not one of the options" in str(error)
-    ops.respond(store, "pick", "green", session=SESSION)
+    verbs.respond(store, "pick", "green", session=SESSION)
 
     assert leader.finish() == 0
     assert "got respond green" in log_of(store, "pick")
@@ -154,16 +155,16 @@ def test_follow_ups_wait_for_the_answer_and_messages_go_in_priority_order(
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
-    ops.follow_up(store, "t", "follow", session=SESSION)
-    ops.nudge(store, "t", "status?", session=SESSION)
-    ops.steer(store, "t", "steer", session=SESSION)
+    verbs.follow_up(store, "t", "follow", session=SESSION)
+    verbs.nudge(store, "t", "status?", session=SESSION)
+    verbs.steer(store, "t", "steer", session=SESSION)
     eventually(
         lambda: all(m.status is not MessageStatus.PENDING for m in store.messages(Box.STEERING))
     )
     assert (
         store.messages(Box.INBOX)[0].status is MessageStatus.PENDING
     )  # held: an answer comes first
-    ops.respond(store, "t", "yes", session=SESSION)
+    verbs.respond(store, "t", "yes", session=SESSION)
 
     assert leader.finish() == 0
     got = [line for line in log_of(store, "t").splitlines() if line.startswith("got")]
@@ -181,7 +182,7 @@ def test_text_input_gets_one_sanitized_line_per_message(tmp_path: Path, home: Ho
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
 
-    ops.respond(store, "t", "line one\nline two\x1b[31m red\x07", session=SESSION)
+    verbs.respond(store, "t", "line one\nline two\x1b[31m red\x07", session=SESSION)
 
     assert leader.finish() == 0
     assert "got line one\\nline two red\n" in log_of(store, "t")
@@ -196,7 +197,7 @@ def test_cancel_from_the_shell_stops_the_worker_and_ends_the_run(
     eventually(lambda: store.state().tasks["slow"].status is TaskStatus.RUNNING)
 
     started = time.monotonic()
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
 
     assert leader.finish() == 1
     assert time.monotonic() - started < 5
@@ -254,7 +255,7 @@ def test_a_silent_worker_is_nudged_once_then_flagged(tmp_path: Path, home: Home)
     )
     assert state.tasks["asking"].status is TaskStatus.WAITING
     assert state.run.status is RunStatus.NEEDS_REVIEW
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
     assert leader.finish() == 1
 
 
@@ -289,7 +290,7 @@ def test_a_second_leader_is_refused_with_the_first_named(tmp_path: Path, home: H
 
     assert second.returncode == 4
     assert f"is already led by pid {leader.pid} on {os.uname().nodename}" in second.stderr
-    ops.respond(store, "t", "ok", session=SESSION)
+    verbs.respond(store, "t", "ok", session=SESSION)
     assert leader.finish() == 0
 
 
@@ -301,17 +302,17 @@ def test_kill_9_while_waiting_then_respond_then_resume(tmp_path: Path, home: Hom
     )
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     orphan = task.pid
     assert orphan is not None
 
     leader.process.kill()  # SIGKILL: no goodbye
     leader.finish()
-    first_answer = ops.respond(store, "t", "sqlite", session=SESSION).message  # no leader now
+    first_answer = verbs.respond(store, "t", "sqlite", session=SESSION).message  # no leader now
     resumed = Leader("resume", leader.run_id, cwd=tmp_path)
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
     assert task.attempt == 2
-    ops.respond(store, "t", "postgres", session=SESSION)
+    verbs.respond(store, "t", "postgres", session=SESSION)
 
     assert resumed.finish() == 0
     state = store.state()
@@ -335,7 +336,7 @@ def test_resume_with_no_attempts_left_fails_the_task_with_the_reason(
     wait_for_run(store, Until.WAITING, timeout=20)
     leader.process.kill()
     leader.finish()
-    ops.respond(store, "t", "late", session=SESSION)
+    verbs.respond(store, "t", "late", session=SESSION)
 
     resumed = Leader("resume", leader.run_id, cwd=tmp_path)
 
@@ -355,10 +356,12 @@ def test_a_stale_leader_writes_nothing_once_fenced(tmp_path: Path, home: Home) -
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
 
-    with store.transaction() as txn:  # someone took the run over under it
-        txn.update_run(EventType.LEADER_STARTED, leader_epoch=txn.run.leader_epoch + 1)
+    with change(store) as txn:  # someone took the run over under it
+        txn.record(
+            EventType.LEADER_STARTED, run=txn.run.revised(leader_epoch=txn.run.leader_epoch + 1)
+        )
     fenced_at = len(events_of(store))
-    ops.steer(store, "t", "anyone there?", session=SESSION)
+    verbs.steer(store, "t", "anyone there?", session=SESSION)
 
     assert leader.finish() == 4
     assert len(events_of(store)) == fenced_at + 1  # only our steer
@@ -380,7 +383,7 @@ def test_sigint_stops_leading_and_resume_continues(tmp_path: Path, home: Home) -
     assert "got EOF" in log_of(store, "t")  # the worker was told the leader is gone
     resumed = Leader("resume", leader.run_id, cwd=tmp_path)
     eventually(lambda: store.state().tasks["t"].attempt == 2)
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
     assert resumed.finish() == 1
 
 
@@ -394,7 +397,7 @@ def test_messages_for_a_task_that_has_not_started_wait_for_it(tmp_path: Path, ho
     )
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
-    ops.follow_up(store, "second", "when you start", session=SESSION)
+    verbs.follow_up(store, "second", "when you start", session=SESSION)
 
     assert leader.finish() == 0
     assert "got followUp when you start" in log_of(store, "second")
@@ -425,7 +428,7 @@ def test_a_repair_under_a_live_leader_loses_and_repeats_nothing(tmp_path: Path, 
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
-    first = ops.steer(store, "t", "before the repair", session=SESSION).message
+    first = verbs.steer(store, "t", "before the repair", session=SESSION).message
     eventually(lambda: store.messages(Box.STEERING)[0].status is MessageStatus.DELIVERED)
     with store.paths.box(Box.STEERING).open("ab") as handle:
         handle.write(b"garbage from a bad disk\n")
@@ -435,9 +438,9 @@ def test_a_repair_under_a_live_leader_loses_and_repeats_nothing(tmp_path: Path, 
 
     assert doctor(home, leader.run_id, repair=True).clean
     assert store.paths.box(Box.STEERING).stat().st_ino != inode  # replaced under the leader
-    second = ops.steer(store, "t", "after the repair", session=SESSION).message
+    second = verbs.steer(store, "t", "after the repair", session=SESSION).message
     eventually(lambda: "got steer after the repair" in log_of(store, "t"))
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
 
     assert leader.finish() == 1
     got = [line for line in log_of(store, "t").splitlines() if line.startswith("got steer")]
@@ -461,10 +464,10 @@ def test_an_sdk_worker_answers_preempts_and_resumes_under_crew_run(
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
-    ops.respond(store, "coder", "sqlite", session=SESSION)
-    job = ops.follow_up(store, "coder", "add the users table", session=SESSION).message
+    verbs.respond(store, "coder", "sqlite", session=SESSION)
+    job = verbs.follow_up(store, "coder", "add the users table", session=SESSION).message
     eventually(lambda: "working on add the users table" in log_of(store, "coder"))
-    steer = ops.steer(store, "coder", "use uuids for ids", session=SESSION).message
+    steer = verbs.steer(store, "coder", "use uuids for ids", session=SESSION).message
 
     assert leader.finish() == 0
     log = log_of(store, "coder")
@@ -508,7 +511,7 @@ def test_a_leader_without_file_events_polls_and_status_says_so(
 
     from crew.views import run_status
 
-    eventually(lambda: any("the leader polls" in w for w in run_status(store).warnings))
-    ops.respond(store, "t", "still delivered", session=SESSION)  # polling still delivers
+    eventually(lambda: any("the leader polls" in w for w in run_status(store).run_warnings))
+    verbs.respond(store, "t", "still delivered", session=SESSION)  # polling still delivers
     assert leader.finish() == 0
     assert "got respond still delivered" in log_of(store, "t")

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crew import ids
-from crew.leader.core import deliverable
+from crew.leader.schedule import deliverable
 from crew.models import MailboxMessage, Task
 from crew.protocol import (
     Ack,
     Contact,
-    Decision,
+    DecisionRecord,
     Malformed,
     Report,
     contact_line,
@@ -37,7 +37,7 @@ from crew.registry import ContactType, Direction, MessageKind, MessageStatus, Ta
         ("@supervisor status: blocked on review", Report(ContactType.STATUS, "blocked on review")),
         ("@supervisor note:", Report(ContactType.NOTE, "")),
         ("@supervisor ack: msg_0123456789abcdef", Ack("msg_0123456789abcdef")),
-        ('@supervisor decision: {"action": "preempt"}', Decision({"action": "preempt"})),
+        ('@supervisor decision: {"action": "preempt"}', DecisionRecord({"action": "preempt"})),
         ("plain output", None),
         ("says @supervisor need_input: later in the line", None),
         ("@supervisors need_input: x", None),

@@ -11,6 +11,7 @@ import pytest
 from conftest import SESSION, snapshot_files
 
 from crew import ids
+from crew.domain import change, mailbox, tasks
 from crew.errors import Corrupt, NotFound, Refused, StaleLeader
 from crew.models import Event, MailboxMessage, SupervisorContact
 from crew.paths import Home
@@ -25,8 +26,9 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
-from crew.run import RunStore, rebuild, same_state
 from crew.store import jsonl
+from crew.store.runstore import RunStore
+from crew.store.state import rebuild, same_state
 
 MakeRun = Callable[..., RunStore]
 
@@ -73,8 +75,8 @@ def test_no_file_is_group_or_world_writable_even_with_a_lax_umask(make_run: Make
     old = os.umask(0)
     try:
         store = make_run()
-        with store.transaction() as txn:
-            txn.post(steer(store, "plan", "x", txn.at), EventType.AGENT_STEERED)
+        with change(store) as txn:
+            mailbox.post(txn, steer(store, "plan", "x", txn.at), EventType.AGENT_STEERED)
     finally:
         os.umask(old)
 
@@ -100,8 +102,8 @@ def test_snapshots_are_pretty_with_keys_in_schema_order(make_run: MakeRun) -> No
 def test_a_transition_writes_an_event_carrying_the_new_state(make_run: MakeRun) -> None:
     store = make_run()
 
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at, pid=4242)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at, pid=4242)
 
     last = store.events().records[-1]
     assert last.type is EventType.TASK_STARTED and last.task_id == "plan"
@@ -116,9 +118,9 @@ def test_an_illegal_transition_is_refused_and_writes_nothing(make_run: MakeRun) 
 
     with (
         pytest.raises(Refused, match="cannot go from queued to waiting"),
-        store.transaction() as txn,
+        change(store) as txn,
     ):
-        txn.transition("plan", TaskStatus.WAITING)
+        tasks.transition(txn, "plan", TaskStatus.WAITING)
 
     assert snapshot_files(store.paths.root) == before
 
@@ -127,9 +129,9 @@ def test_an_error_inside_a_transaction_writes_nothing(make_run: MakeRun) -> None
     store = make_run()
     before = snapshot_files(store.paths.root)
 
-    with pytest.raises(NotFound), store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
-        txn.post(steer(store, "plan", "go", txn.at), EventType.AGENT_STEERED)
+    with pytest.raises(NotFound), change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
+        mailbox.post(txn, steer(store, "plan", "go", txn.at), EventType.AGENT_STEERED)
         txn.task("nope")
 
     assert snapshot_files(store.paths.root) == before
@@ -138,7 +140,7 @@ def test_an_error_inside_a_transaction_writes_nothing(make_run: MakeRun) -> None
 def test_seq_numbers_continue_across_transactions(make_run: MakeRun) -> None:
     store = make_run()
     for _ in range(3):
-        with store.transaction() as txn:
+        with change(store) as txn:
             txn.record(EventType.ATTENTION_DECISION, task_id="plan", data={"action": "continue"})
 
     assert [e.seq for e in store.events().records] == [1, 2, 3, 4, 5, 6]
@@ -146,14 +148,14 @@ def test_seq_numbers_continue_across_transactions(make_run: MakeRun) -> None:
 
 def test_the_run_ends_when_every_task_is_terminal(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
-        txn.transition("plan", TaskStatus.COMPLETED, exit_code=0)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
+        tasks.transition(txn, "plan", TaskStatus.COMPLETED, exit_code=0)
     assert store.state().run.status is RunStatus.RUNNING
 
-    with store.transaction() as txn:
-        txn.transition("build", TaskStatus.RUNNING)
-        txn.transition("build", TaskStatus.FAILED, exit_code=3)
+    with change(store) as txn:
+        tasks.transition(txn, "build", TaskStatus.RUNNING)
+        tasks.transition(txn, "build", TaskStatus.FAILED, exit_code=3)
 
     state = store.state()
     assert state.run.status is RunStatus.FAILED and state.run.ended_at is not None
@@ -162,13 +164,13 @@ def test_the_run_ends_when_every_task_is_terminal(make_run: MakeRun) -> None:
 
 def test_a_flagged_task_flags_the_run_and_clearing_it_clears_the_run(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
-        txn.transition("plan", TaskStatus.NEEDS_REVIEW, error="stalled")
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
+        tasks.transition(txn, "plan", TaskStatus.NEEDS_REVIEW, error="stalled")
     assert store.state().run.status is RunStatus.NEEDS_REVIEW
 
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, error=None)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, error=None)
 
     assert store.state().run.status is RunStatus.RUNNING
     types = [e.type for e in store.events().records]
@@ -177,8 +179,8 @@ def test_a_flagged_task_flags_the_run_and_clearing_it_clears_the_run(make_run: M
 
 def test_snapshots_can_be_rebuilt_from_the_event_log(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
         contact = SupervisorContact(
             id=ids.new_contact_id(),
             task_id="plan",
@@ -187,9 +189,11 @@ def test_snapshots_can_be_rebuilt_from_the_event_log(make_run: MakeRun) -> None:
             options=["pg", "sqlite"],
             asked_at=txn.at,
         )
-        txn.transition("plan", TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
-    with store.transaction() as txn:
-        txn.update_run(EventType.OWNERSHIP_TRANSFERRED, owner_session_id="other@host")
+        tasks.transition(txn, "plan", TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
+    with change(store) as txn:
+        txn.record(
+            EventType.OWNERSHIP_TRANSFERRED, run=txn.run.revised(owner_session_id="other@host")
+        )
 
     rebuilt = rebuild(store.events().records)
 
@@ -200,24 +204,24 @@ def test_snapshots_can_be_rebuilt_from_the_event_log(make_run: MakeRun) -> None:
 
 def test_a_newer_leader_epoch_fences_a_stale_leader_out(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.update_run(EventType.LEADER_STARTED, leader_epoch=2)
+    with change(store) as txn:
+        txn.record(EventType.LEADER_STARTED, run=txn.run.revised(leader_epoch=2))
     before = snapshot_files(store.paths.root)
 
-    with pytest.raises(StaleLeader, match="epoch 2, not 1"), store.transaction(epoch=1) as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
+    with pytest.raises(StaleLeader, match="epoch 2, not 1"), change(store, epoch=1) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
 
     assert snapshot_files(store.paths.root) == before
-    with store.transaction(epoch=2) as txn:
-        txn.transition("plan", TaskStatus.RUNNING)
+    with change(store, epoch=2) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
 
 
 def test_the_transaction_sees_its_own_mailbox_writes(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        first = txn.post(steer(store, "plan", "one", txn.at), EventType.AGENT_STEERED)
+    with change(store) as txn:
+        first = mailbox.post(txn, steer(store, "plan", "one", txn.at), EventType.AGENT_STEERED)
         assert list(txn.messages(Box.STEERING)) == [first.id]
-        second = txn.post(steer(store, "plan", "two", txn.at), EventType.AGENT_STEERED)
+        second = mailbox.post(txn, steer(store, "plan", "two", txn.at), EventType.AGENT_STEERED)
         assert list(txn.messages(Box.STEERING)) == [first.id, second.id]
 
     assert [m.body for m in store.messages(Box.STEERING)] == ["one", "two"]
@@ -249,12 +253,12 @@ def _crash_after_events(store: RunStore, monkeypatch: pytest.MonkeyPatch, stage:
 
         monkeypatch.setattr(jsonl, "append", append_then_die)
     elif stage == "snapshots":
-        monkeypatch.setattr(RunStore, "_write_snapshots", boom)
+        monkeypatch.setattr(RunStore, "write_snapshots", boom)
     else:
-        monkeypatch.setattr(RunStore, "_write_applied", boom)
-    with pytest.raises(Crash), store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
-        txn.post(steer(store, "plan", "use sqlite", txn.at), EventType.AGENT_STEERED)
+        monkeypatch.setattr(RunStore, "write_applied", boom)
+    with pytest.raises(Crash), change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+        mailbox.post(txn, steer(store, "plan", "use sqlite", txn.at), EventType.AGENT_STEERED)
     monkeypatch.undo()
 
 
@@ -270,9 +274,9 @@ def test_a_write_interrupted_after_its_events_is_completed_by_the_next_writer(
     assert recovery.state.tasks["plan"].status is TaskStatus.RUNNING
     assert any("interrupted" in w for w in recovery.warnings())
 
-    with store.transaction() as txn:
+    with change(store) as txn:
         assert txn.repairs  # it rolled the interrupted write forward first
-        txn.transition("build", TaskStatus.CANCELLED, error="test")
+        tasks.transition(txn, "build", TaskStatus.CANCELLED, error="test")
 
     assert store.load().clean
     assert store.state().tasks["plan"].status is TaskStatus.RUNNING
@@ -283,15 +287,15 @@ def test_a_write_interrupted_after_its_events_is_completed_by_the_next_writer(
 
 def test_a_corrupt_snapshot_is_quarantined_and_rebuilt_never_reset(make_run: MakeRun) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.RUNNING, attempt=1)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
     store.paths.tasks.write_text('[{"id": "plan", "status": "bogus"')
 
     recovery = store.load()  # readers show the rebuilt state, and say why
     assert recovery.state.tasks["plan"].status is TaskStatus.RUNNING
     assert any("tasks.json is unreadable" in w for w in recovery.warnings())
 
-    with store.transaction() as txn:
+    with change(store) as txn:
         assert any("set it aside" in r for r in txn.repairs)
 
     quarantined = list(store.paths.root.glob("tasks.json.corrupt-*"))
@@ -305,15 +309,15 @@ def test_a_missing_marker_triggers_a_full_check_that_finds_nothing_wrong(
     make_run: MakeRun,
 ) -> None:
     store = make_run()
-    with store.transaction() as txn:
-        txn.post(steer(store, "plan", "a", txn.at), EventType.AGENT_STEERED)
+    with change(store) as txn:
+        mailbox.post(txn, steer(store, "plan", "a", txn.at), EventType.AGENT_STEERED)
     store.paths.applied.unlink()
     files = snapshot_files(store.paths.root)
 
     recovery = store.load()
     assert recovery.full and not recovery.mismatch and not recovery.broken
 
-    with store.transaction():
+    with change(store):
         pass
     after = snapshot_files(store.paths.root)
     after.pop(".runtime/applied")
@@ -334,7 +338,7 @@ def test_snapshots_that_disagree_with_events_are_reported_and_rewritten(
     assert recovery.mismatch
     assert recovery.state.tasks["plan"].status is TaskStatus.QUEUED
 
-    with store.transaction():
+    with change(store):
         pass
     assert json.loads(store.paths.tasks.read_text())[0]["status"] == "queued"
 

@@ -31,7 +31,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line, json_object
+from crew.adapters.base import (
+    AgentError,
+    Reaction,
+    TurnEnd,
+    Withdrawn,
+    confirms,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report

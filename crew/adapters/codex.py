@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew import __version__
-from crew.adapters import AgentError, Reaction, TurnEnd, Withdrawn, confirms, json_line, json_object
+from crew.adapters.base import (
+    AgentError,
+    Reaction,
+    TurnEnd,
+    Withdrawn,
+    confirms,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report

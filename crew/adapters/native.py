@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from crew.adapters import Reaction
+from collections.abc import Callable
+
+from crew.adapters.base import Reaction
+from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import json_frame, parse_line, text_frame
+from crew.registry import AgentInput
 
 
 class CrewAdapter:
-    """The worker protocol (docs/worker-protocol.md): JSON frames on stdin."""
+    """The worker protocol (docs/worker-protocol.md): JSON frames on stdin, or with the agent's
+    `input = "text"`, each message's body on one sanitized line."""
 
     merge_stderr = True
     environment: dict[str, str] = {}  # noqa: RUF012  # never changed: the protocol needs nothing
+
+    def __init__(self, agent: AgentConfig) -> None:
+        self._frame: Callable[[MailboxMessage], bytes] = (
+            text_frame if agent.input is AgentInput.TEXT else json_frame
+        )
 
     def start(self, task: Task) -> Reaction:
         return Reaction()  # the prompt reaches the worker through {prompt} in its command
@@ -21,14 +31,15 @@ class CrewAdapter:
         return Reaction(signals=[parsed] if parsed is not None else [])
 
     def deliver(self, message: MailboxMessage) -> Reaction:
-        return Reaction(write=json_frame(message))
+        return Reaction(write=self._frame(message))
 
     def interrupt(self) -> Reaction:
         return Reaction()  # a crew worker is stopped by signals
 
 
 class TextAdapter(CrewAdapter):
-    """For programs that read plain lines: each message is its body, on one sanitized line."""
+    """`protocol = "text"`: the crew protocol with plain lines in, whatever `input` says."""
 
-    def deliver(self, message: MailboxMessage) -> Reaction:
-        return Reaction(write=text_frame(message))
+    def __init__(self, agent: AgentConfig) -> None:
+        super().__init__(agent)
+        self._frame = text_frame

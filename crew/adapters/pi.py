@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters import AgentError, Reaction, TurnEnd, confirms, json_line, json_object
+from crew.adapters.base import AgentError, Reaction, TurnEnd, confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -30,8 +30,6 @@ _DIALOGS = {
     "input": ContactType.NEED_INPUT,
     "editor": ContactType.NEED_INPUT,
 }
-#: Answers that confirm a `confirm` dialog; anything else declines it.
-YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
 
 
 @dataclass

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, JsonOption, home_from, print_json, say
+from crew.cli.common import HomeOption, JsonOption, home_from
 
 
 def init(
@@ -21,21 +20,12 @@ def init(
         ),
     ] = None,
     json: JsonOption = False,
-) -> None:
+) -> int:
     """Create a crew home with a commented crew.toml and a private state folder."""
+    from crew.render import emit
     from crew.scaffold import init_home
 
-    result = init_home(directory)
-    if json:
-        print_json({"home": str(result.home.root), "created": result.created})
-    elif result.created:
-        sys.stdout.write(
-            f"Created {result.home.root}\n"
-            f"  {result.home.config_file.name}   the crew definition: edit it, then `crew run`\n"
-            f"  state/      runs, events and mailboxes (private to you)\n"
-        )
-    else:
-        say(f"{result.home.root} already exists; left it untouched.")
+    return emit(init_home(directory), json=json)
 
 
 def doctor(
@@ -50,19 +40,12 @@ def doctor(
     ] = False,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Find corrupt lines, torn tails, damaged snapshots and stale leaders (exit 1 if any)."""
     from crew.doctor import doctor as examine
+    from crew.render import emit
 
-    report = examine(home_from(home), run, repair=repair)
-    if json:
-        print_json(report.to_json())
-    else:
-        from crew.render import doctor_report
-
-        doctor_report(report)
-    if not report.clean:
-        raise typer.Exit(1)
+    return emit(examine(home_from(home), run, repair=repair), json=json)
 
 
 def schema(
@@ -75,9 +58,9 @@ def schema(
             show_default=False,
         ),
     ] = None,
-) -> None:
+) -> int:
     """Print the JSON Schema of a file format, generated from the models."""
-    from crew.schemas import all_schemas
-    from crew.schemas import schema as one
+    from crew.render import emit
+    from crew.schemas import schema_doc
 
-    print_json(one(name) if name is not None else all_schemas())
+    return emit(schema_doc(name), json=True)

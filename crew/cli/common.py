@@ -1,18 +1,19 @@
-"""What every command shares: common options, output helpers, and the one error boundary."""
+"""What every command shares: common options, argument helpers, and the one error boundary."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Protocol, cast
 
 import typer
 
+from crew import env
 from crew.errors import CrewError, ExitCode
 
-DEBUG_ENV = "CREW_DEBUG"
+if TYPE_CHECKING:
+    from crew.paths import Home
 
 HomeOption = Annotated[
     Path | None,
@@ -46,7 +47,7 @@ RunArgument = Annotated[
 ]
 
 
-def home_from(option: Path | None) -> Any:
+def home_from(option: Path | None) -> Home:
     """The crew home named by --home, $CREW_HOME, or found by walking up from the cwd."""
     from crew.paths import find_home
 
@@ -66,26 +67,6 @@ def duration(text: str | None, option: str) -> float | None:
         raise UsageError(f"{option}: {exc}.") from None
 
 
-def print_json(data: Any, *, compact: bool = False) -> None:
-    """One JSON document on stdout."""
-    text = json.dumps(
-        data,
-        ensure_ascii=False,
-        separators=(",", ":") if compact else None,
-        indent=None if compact else 2,
-    )
-    sys.stdout.write(text + "\n")
-
-
-def warn(message: str) -> None:
-    """A warning on stderr (never on stdout, which may be piped into jq)."""
-    sys.stderr.write(f"crew: warning: {message}\n")
-
-
-def say(message: str) -> None:
-    sys.stderr.write(f"crew: {message}\n")
-
-
 def report_error(error: CrewError) -> int:
     """Print a CrewError as one sentence (plus its hint) on stderr; return its exit code."""
     sys.stderr.write(f"crew: error: {error.message}\n")
@@ -96,7 +77,7 @@ def report_error(error: CrewError) -> int:
 
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the typer app; map CrewError to its exit code, hide tracebacks unless CREW_DEBUG=1."""
-    debug = os.environ.get(DEBUG_ENV, "") not in {"", "0"}
+    debug = env.DEBUG.enabled()
     try:
         # Without standalone mode typer returns the exit code of a `typer.Exit` instead of exiting.
         result = app(args=argv, prog_name="crew", standalone_mode=False)
@@ -106,25 +87,43 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
         return report_error(error)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("crew: interrupted\n")
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (`crew events | head`): not an error worth a traceback.
         _silence_stdout()
         return int(ExitCode.OK)
     except Exception as error:
-        from typer._click.exceptions import ClickException
-
-        if isinstance(error, ClickException):
-            error.show()
-            return int(error.exit_code)
+        usage = _as_usage_error(error)
+        if usage is not None:
+            usage.show()
+            return usage.exit_code
         if debug:
             raise
         sys.stderr.write(
             f"crew: internal error: {type(error).__name__}: {error}\n"
-            f"Set {DEBUG_ENV}=1 to see the traceback, and please report it.\n"
+            f"Set {env.DEBUG.name}=1 to see the traceback, and please report it.\n"
         )
         return int(ExitCode.FAILED)
     return result if isinstance(result, int) else int(ExitCode.OK)
+
+
+class _ParserError(Protocol):
+    exit_code: int
+
+    def show(self) -> None: ...
+
+
+def _as_usage_error(error: Exception) -> _ParserError | None:
+    """A command-line error from the parser (an unknown option, a missing argument), if it is one.
+
+    typer vendors click's exceptions without exporting their base class; what marks them is the
+    interface click documents for them: an integer `exit_code` and `show()`.
+    """
+    if isinstance(getattr(error, "exit_code", None), int) and callable(
+        getattr(error, "show", None)
+    ):
+        return cast(_ParserError, error)
+    return None
 
 
 def _silence_stdout() -> None:

@@ -13,8 +13,6 @@ from crew.cli.common import (
     RunArgument,
     SessionOption,
     home_from,
-    print_json,
-    warn,
 )
 from crew.registry import Box, MessageStatus, RunStatus
 
@@ -25,35 +23,25 @@ def runs(
     ] = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """List runs, newest first."""
+    from crew.render import emit
     from crew.views import list_runs
 
-    summaries = list_runs(home_from(home), status=status)
-    if json:
-        print_json([s.to_json() for s in summaries])
-        return
-    from crew import render
-
-    render.runs_table(summaries)
+    return emit(list_runs(home_from(home), status=status), json=json)
 
 
 def status(
     run: RunArgument = "latest",
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Show a run: its tasks, open questions, pending messages and warnings."""
-    from crew.run import RunStore
+    from crew.render import emit
+    from crew.store.runstore import RunStore
     from crew.views import run_status
 
-    report = run_status(RunStore.open(home_from(home), run))
-    if json:
-        print_json(report.to_json())
-        return
-    from crew import render
-
-    render.status_view(report)
+    return emit(run_status(RunStore.open(home_from(home), run)), json=json)
 
 
 def mailbox(
@@ -67,21 +55,17 @@ def mailbox(
     ] = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Show the mailbox as a timeline per task: each message and what became of it."""
     from crew.ids import check_task_id
-    from crew.run import RunStore
+    from crew.render import emit
+    from crew.store.runstore import RunStore
     from crew.views import mailbox_view
 
     if task is not None:
         check_task_id(task)
-    views = mailbox_view(RunStore.open(home_from(home), run), task=task, box=box, status=status)
-    if json:
-        print_json([v.to_json() for v in views])
-        return
-    from crew import render
-
-    render.mailbox_view(views)
+    store = RunStore.open(home_from(home), run)
+    return emit(mailbox_view(store, task=task, box=box, status=status), json=json)
 
 
 def events(
@@ -102,33 +86,21 @@ def events(
     home: HomeOption = None,
 ) -> None:
     """Print the event log (JSON lines with --json)."""
-    from crew.follow import follow_events
     from crew.ids import check_task_id
-    from crew.run import RunStore
+    from crew.render import show_events, warn
+    from crew.store.runstore import RunStore
+    from crew.streams import follow_events
     from crew.views import event_filter
 
     if task is not None:
         check_task_id(task)
     matches = event_filter(type_, task)
     store = RunStore.open(home_from(home), run)
-    if json:
-        from crew.models import Event
-
-        def show(event: Event) -> None:
-            sys.stdout.write(event.model_dump_json(exclude_none=True) + "\n")
-    else:
-        from crew.render import event_line
-
-        def show(event: Event) -> None:
-            sys.stdout.write(event_line(event) + "\n")
-
     for event, bad in follow_events(store, follow=follow):
         if bad is not None:
             warn(f"skipped {bad.describe()}")
         elif event is not None and matches(event):
-            show(event)
-            if follow:
-                sys.stdout.flush()
+            show_events([event], json=json)
 
 
 def watch(
@@ -143,8 +115,8 @@ def watch(
     as its files change; Enter answers a waiting task, q leaves."""
     from crew.dashboard import Dashboard
     from crew.errors import UsageError
-    from crew.run import RunStore
     from crew.session import current_session
+    from crew.store.runstore import RunStore
 
     if not sys.stdout.isatty():
         raise UsageError(

@@ -16,14 +16,11 @@ from crew.cli.common import (
     SessionOption,
     duration,
     home_from,
-    print_json,
-    say,
-    warn,
 )
 
 if TYPE_CHECKING:
-    from crew.ops import Sent
-    from crew.run import RunStore
+    from crew.results import Sent
+    from crew.store.runstore import RunStore
 
 TaskArgument = Annotated[
     str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)
@@ -81,22 +78,21 @@ def respond(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Answer a task that is waiting on a question (the task runs again)."""
-    from crew import ops
+    from crew import verbs
 
     store, who, limit = _prepare(run, task, session, home, timeout)
-    text = _read_body(body)
-    sent = ops.respond(
+    sent = verbs.respond(
         store,
         task,
-        text,
+        _read_body(body),
         session=who,
         force=force,
         idempotency_key=idempotency_key,
         contact_id=contact,
     )
-    _finish(store, sent, "answer", wait, wait_ack, limit, json)
+    return _finish(store, sent, wait, wait_ack, limit, json)
 
 
 def steer(
@@ -111,14 +107,14 @@ def steer(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Redirect a running or waiting task (delivered ahead of everything but answers)."""
-    from crew import ops
+    from crew import verbs
 
     store, who, limit = _prepare(run, task, session, home, timeout)
     text = _read_body(body)
-    sent = ops.steer(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
-    _finish(store, sent, "steer", wait, wait_ack, limit, json)
+    sent = verbs.steer(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
+    return _finish(store, sent, wait, wait_ack, limit, json)
 
 
 def follow_up(
@@ -133,16 +129,16 @@ def follow_up(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Queue more work for a task (delivered when it is running and not waiting on a question)."""
-    from crew import ops
+    from crew import verbs
 
     store, who, limit = _prepare(run, task, session, home, timeout)
     text = _read_body(body)
-    sent = ops.follow_up(
+    sent = verbs.follow_up(
         store, task, text, session=who, force=force, idempotency_key=idempotency_key
     )
-    _finish(store, sent, "follow-up", wait, wait_ack, limit, json)
+    return _finish(store, sent, wait, wait_ack, limit, json)
 
 
 def nudge(
@@ -165,14 +161,14 @@ def nudge(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Ask a running or waiting task for a status report."""
-    from crew import ops
+    from crew import verbs
 
     store, who, limit = _prepare(run, task, session, home, timeout)
     text = None if body is None else _read_body(body)
-    sent = ops.nudge(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
-    _finish(store, sent, "nudge", wait, wait_ack, limit, json)
+    sent = verbs.nudge(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
+    return _finish(store, sent, wait, wait_ack, limit, json)
 
 
 def cancel(
@@ -197,35 +193,20 @@ def cancel(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Cancel a task or the whole run: reject what was pending, stop the workers."""
-    from crew import ops
+    from crew import verbs
     from crew.ids import check_task_id
-    from crew.run import RunStore
+    from crew.render import emit
     from crew.session import current_session
+    from crew.store.runstore import RunStore
 
     if task is not None:
         check_task_id(task)
     seconds = duration(grace, "--grace") or 0.0
     who = current_session(session)
     store = RunStore.open(home_from(home), run)
-    result = ops.cancel(store, task, session=who, force=force, grace=seconds)
-    if json:
-        print_json(result.to_json())
-        return
-    out = sys.stdout
-    if result.already:
-        out.write(f"Nothing to cancel: {result.already}.\n")
-        return
-    if result.overridden:
-        say(f"acted on a run owned by {result.overridden} (--force; recorded)")
-    out.write(f"Cancelled {', '.join(result.tasks) or 'nothing'} in run {result.run_id}.\n")
-    if result.rejected:
-        out.write(f"Rejected {len(result.rejected)} pending message(s) (task cancelled).\n")
-    for stopped in result.stopped:
-        out.write(f"Worker of {stopped.task_id} (pid {stopped.pid}): {stopped.outcome}.\n")
-    if result.run_status.terminal:
-        out.write(f"The run has ended ({result.run_status}).\n")
+    return emit(verbs.cancel(store, task, session=who, force=force, grace=seconds), json=json)
 
 
 def handoff(
@@ -237,26 +218,16 @@ def handoff(
     session: SessionOption = None,
     json: JsonOption = False,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Give ownership of a run to another session."""
-    from crew import ops
-    from crew.run import RunStore
+    from crew import verbs
+    from crew.render import emit
     from crew.session import current_session
+    from crew.store.runstore import RunStore
 
     who = current_session(session)
     store = RunStore.open(home_from(home), run)
-    result = ops.handoff(store, to, session=who, force=force)
-    if json:
-        print_json(result.to_json())
-        return
-    if not result.changed:
-        sys.stdout.write(f"Run {result.run_id} is already owned by {result.owner}.\n")
-        return
-    if result.overridden:
-        say(f"acted on a run owned by {result.overridden} (--force; recorded)")
-    sys.stdout.write(
-        f"Run {result.run_id} now belongs to {result.owner} (was {result.previous}).\n"
-    )
+    return emit(verbs.handoff(store, to, session=who, force=force), json=json)
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -267,8 +238,8 @@ def _prepare(
 ) -> tuple[RunStore, str, float | None]:
     """Validate the ids and options the command line gave, then find the run."""
     from crew.ids import check_task_id
-    from crew.run import RunStore
     from crew.session import current_session
+    from crew.store.runstore import RunStore
 
     check_task_id(task)
     limit = duration(timeout, "--timeout")
@@ -292,49 +263,17 @@ def _read_body(body: str) -> str:
 def _finish(
     store: RunStore,
     sent: Sent,
-    what: str,
     wait: bool,
     wait_ack: bool,
     timeout: float | None,
     json: bool,
-) -> None:
-    """Report a sent message; with --wait/--wait-ack, block until it is delivered/acknowledged."""
-    from crew.lease import LeaseState
+) -> int:
+    """Print what was sent; with --wait/--wait-ack, once it is delivered/acknowledged."""
     from crew.registry import MessageStatus
+    from crew.render import emit
+    from crew.waiting import wait_for_sent
 
-    message = sent.message
-    for dropped in sent.dropped:
-        warn(
-            f"dropped the oldest pending {dropped.kind} {dropped.id} to {dropped.task_id}: "
-            f"more than {sent.max_pending} were waiting (backpressure)"
-        )
-    if sent.over_warning and not sent.replayed:
-        warn(
-            f"task {message.task_id} has {sent.pending} undelivered message(s) of this kind "
-            f"(warning above {sent.warn_pending}; beyond {sent.max_pending} the oldest is dropped)"
-        )
-    if sent.overridden:
-        say(f"acted on a run owned by {sent.overridden} (--force; recorded)")
-    if not json:
-        if sent.replayed:
-            sys.stdout.write(
-                f"Already sent as {message.id} (same idempotency key): nothing new was written.\n"
-            )
-        else:
-            sys.stdout.write(
-                f"Sent {what} {message.id} to {message.task_id} in run {sent.run_id}.\n"
-            )
-        if sent.leader is not LeaseState.ALIVE and message.status is MessageStatus.PENDING:
-            sys.stdout.write(
-                f"No leader is running: it is delivered once one leads the run "
-                f"(`crew resume {sent.run_id}`).\n"
-            )
     if wait or wait_ack:
-        from crew.waiting import wait_for_message
-
         until = MessageStatus.ACKNOWLEDGED if wait_ack else MessageStatus.DELIVERED
-        message = wait_for_message(store, message, until=until, timeout=timeout)
-        if not json:
-            sys.stdout.write(f"{message.id} {message.status}.\n")
-    if json:
-        print_json(message.to_dict())
+        sent = wait_for_sent(store, sent, until=until, timeout=timeout)
+    return emit(sent, json=json)

@@ -7,56 +7,58 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from crew.adapters import check_supported
 from crew.config import load_config
-from crew.errors import CrewError, StoreError, error_for
-from crew.models import Event
+from crew.domain.runs import create_run
+from crew.errors import CrewError, ExitCode, StoreError, error_for
 from crew.paths import Home
-from crew.run import RunStore, create_run
+from crew.results import Led
+from crew.store.runstore import RunStore
+from crew.text import counts
 
 if TYPE_CHECKING:
-    from crew.leader.core import Leader
-
-OnEvents = Callable[[list[Event]], None]
+    from crew.leader.loop import Leader, OnEvents
 
 
 def start_run(home: Home, config_path: Path, *, session: str) -> RunStore:
     """Validate crew.toml and create a run from it (nothing is created if it is invalid)."""
     config = load_config(config_path)
-    for agent in config.agents.values():
-        check_supported(agent)
     return create_run(home, config, crew_dir=config_path.parent.resolve(), session=session)
+
+
+@dataclass(frozen=True)
+class LeadOptions:
+    """How to lead a run."""
+
+    #: Take over an interrupted run: its unfinished tasks restart as new attempts.
+    resume: bool = False
+    #: Lead a run another session owns (recorded).
+    force: bool = False
+    #: Run at most this many tasks at once (default: crew.toml's maxParallel).
+    max_parallel: int | None = None
+    #: Cancel what is left after this many seconds; the run fails.
+    run_timeout: float | None = None
 
 
 def lead(
     store: RunStore,
     *,
     session: str,
-    resume: bool = False,
-    force: bool = False,
-    max_parallel: int | None = None,
-    run_timeout: float | None = None,
+    options: LeadOptions = LeadOptions(),
     on_events: OnEvents | None = None,
     on_ready: Callable[[], None] | None = None,
-) -> int:
+) -> ExitCode:
     """Become the run's leader and lead it to the end; returns the exit code.
 
     SIGINT, SIGTERM and SIGHUP stop the leader gracefully (the run stays resumable).
     """
-    leader = become_leader(
-        store,
-        session=session,
-        resume=resume,
-        force=force,
-        max_parallel=max_parallel,
-        run_timeout=run_timeout,
-        on_events=on_events,
-    )
+    leader = become_leader(store, session=session, options=options, on_events=on_events)
     if on_ready is not None:
         on_ready()
     with stop_on_signals(leader.request_stop):
@@ -67,26 +69,28 @@ def become_leader(
     store: RunStore,
     *,
     session: str,
-    resume: bool = False,
-    force: bool = False,
-    max_parallel: int | None = None,
-    run_timeout: float | None = None,
+    options: LeadOptions = LeadOptions(),
     on_events: OnEvents | None = None,
 ) -> Leader:
     """Claim the run's lease (taking an interrupted run over with `resume`): a Leader ready to
     `lead()`, in this thread or another."""
-    from crew.leader.core import Leader
+    from crew.leader.loop import Leader
     from crew.leader.takeover import claim
 
-    takeover = claim(store, session=session, force=force, resume=resume)
+    takeover = claim(store, session=session, force=options.force, resume=options.resume)
     return Leader(
         store,
         takeover.lease,
-        home_parent=store.paths.root.parents[3],
-        max_parallel=max_parallel,
-        run_timeout=run_timeout,
+        max_parallel=options.max_parallel,
+        run_timeout=options.run_timeout,
         on_events=on_events,
     )
+
+
+def outcome(store: RunStore, code: ExitCode) -> Led:
+    """How leading the run ended, as a result for the command line."""
+    state = store.state()
+    return Led(store.run_id, code, state.run.status, counts(t.status for t in state.task_list()))
 
 
 @contextlib.contextmanager
@@ -109,32 +113,33 @@ def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def detach(store: RunStore, *, session: str, resume: bool = False, **options: object) -> int:
+def detach(store: RunStore, *, session: str, options: LeadOptions = LeadOptions()) -> int:
     """Lead the run from a background process; returns its pid once it holds the lease.
 
-    The leader's own output goes to `.runtime/leader.log`. An error before it leads (another
-    leader, ownership) is raised here, in the caller.
+    The leader's own output goes to `.runtime/leader.log` (a crash with its traceback). An error
+    before it leads (another leader, ownership) is raised here, in the caller.
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the leader
         os.close(read_end)
-        code = 1
+        code = int(ExitCode.FAILED)
         try:
             os.setsid()
-            _redirect(store.paths.runtime_dir / "leader.log")
+            _redirect(store.paths.leader_log)
 
             def ready() -> None:
                 os.write(write_end, b"ok\n")
                 os.close(write_end)
 
-            code = lead(store, session=session, resume=resume, on_ready=ready, **options)  # type: ignore[arg-type]
+            code = lead(store, session=session, options=options, on_ready=ready)
         except CrewError as error:
             with contextlib.suppress(OSError):
                 os.write(write_end, f"error:{error.exit_code}:{error.message}\n".encode())
             print(f"crew: error: {error.message}", file=sys.stderr)
-        except BaseException as error:  # the background leader must never unwind into the CLI
-            print(f"crew: leader crashed: {error!r}", file=sys.stderr)
+        except BaseException:  # the background leader must never unwind into the CLI
+            print("crew: the leader crashed:", file=sys.stderr)
+            traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -148,8 +153,7 @@ def detach(store: RunStore, *, session: str, resume: bool = False, **options: ob
         _, status, message = answer.split(":", 2)
         raise error_for(int(status), message)
     raise StoreError(
-        f"The background leader exited before it could lead the run; see "
-        f"{store.paths.runtime_dir / 'leader.log'}."
+        f"The background leader exited before it could lead the run; see {store.paths.leader_log}."
     )
 
 

@@ -9,11 +9,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from crew import env
 from crew.config import AgentConfig
 from crew.models import Run, Task
-from crew.paths import HOME_ENV, RunPaths
-from crew.procs import ATTEMPT_ENV, RUN_ID_ENV, TASK_ID_ENV
+from crew.paths import RunPaths
 
+#: The worker protocol this leader speaks (docs/worker-protocol.md).
+PROTOCOL_VERSION = "1"
 _PLACEHOLDER_RE = re.compile(r"\{(prompt|task|run|crewDir|python)\}")
 
 
@@ -33,7 +35,6 @@ def launch_for(
     paths: RunPaths,
     *,
     attempt: int,
-    home_parent: Path,
     protocol_env: dict[str, str] | None = None,
 ) -> Launch:
     """The command line, folder and environment of a task's worker."""
@@ -46,19 +47,19 @@ def launch_for(
     }
     argv = [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], arg) for arg in agent.command]
     crew_dir = Path(run.crew_dir)
-    cwd = (crew_dir / agent.cwd) if agent.cwd is not None else home_parent
-    env = {
+    cwd = (crew_dir / agent.cwd) if agent.cwd is not None else paths.home.project_dir
+    variables = {
         **os.environ,
-        HOME_ENV: str(paths.root.parents[2]),  # a worker's own `crew` commands find its run
+        env.HOME.name: str(paths.home.root),  # a worker's own `crew` commands find its run
         **(protocol_env or {}),
         **agent.env,
-        RUN_ID_ENV: run.run_id,
-        TASK_ID_ENV: task.id,
-        ATTEMPT_ENV: str(attempt),
-        "CREW_STATE_DIR": str(paths.root),
-        "CREW_PROTOCOL": "1",
+        env.RUN_ID.name: run.run_id,
+        env.TASK_ID.name: task.id,
+        env.ATTEMPT.name: str(attempt),
+        env.STATE_DIR.name: str(paths.root),
+        env.PROTOCOL.name: PROTOCOL_VERSION,
     }
-    return Launch(argv, cwd, env)
+    return Launch(argv, cwd, variables)
 
 
 def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:

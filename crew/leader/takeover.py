@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass, field
 
+from crew import domain
+from crew.domain import gate, runs, tasks
+from crew.domain.lease import new_lease, read_lease, refuse_if_led, write_lease
 from crew.errors import Refused
-from crew.leader.core import requeue
-from crew.lease import new_lease, read_lease, refuse_if_led, write_lease
 from crew.models import LeaderInfo
-from crew.ops import check_owner
 from crew.procs import Stopped, stop_worker
 from crew.registry import LIVE_TASK_STATUSES, EventType
-from crew.run import RunStore
+from crew.store.runstore import RunStore
 
 
 @dataclass
@@ -37,28 +35,18 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
     stopped — each only after checking its pid still belongs to that task's attempt.
     """
     orphans: list[tuple[str, int, int]] = []
-    with store.transaction() as txn:
+    with domain.change(store) as txn:
         run = txn.run
-        overridden = check_owner(run, session, force)
+        overridden = gate.check_owner(run, session, force)
         if run.status.terminal:
             raise Refused(f"Run {run.run_id} has ended ({run.status}): there is nothing to lead.")
         refuse_if_led(
             read_lease(store.paths, stale_after=run.config.crew.leader_stale_after), run.run_id
         )
         if overridden is not None:
-            txn.record(
-                EventType.OWNERSHIP_OVERRIDDEN,
-                message=f"{session} used --force on a run owned by {overridden} (resume)",
-                data={"owner": overridden, "session": session, "verb": "resume"},
-            )
-        epoch = run.leader_epoch + 1
-        lease = new_lease(session, epoch)
-        txn.update_run(
-            EventType.LEADER_STARTED,
-            message=f"leader pid {os.getpid()} on {socket.gethostname()} leads (epoch {epoch})",
-            data={"pid": lease.pid, "host": lease.host, "session": session},
-            leader_epoch=epoch,
-        )
+            gate.record_override(txn, overridden, session, "resume")
+        lease = new_lease(session, run.leader_epoch + 1)
+        runs.claim(txn, lease)
         result = Takeover(lease)
         if resume:
             for task in txn.state.task_list():
@@ -66,7 +54,7 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
                     continue
                 if task.pid is not None:
                     orphans.append((task.id, task.pid, task.attempt))
-                after = requeue(txn, task, "the leader stopped while it ran")
+                after = tasks.requeue(txn, task.id, "the leader stopped while it ran")
                 (result.failed if after.status.terminal else result.requeued).append(task.id)
             txn.record(
                 EventType.RUN_RESUMED,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-FSYNC_ENV = "CREW_FSYNC"
+from crew import env
+
 #: Files are created 0644 and folders 0755 minus the umask: never group- or world-writable.
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -14,7 +15,7 @@ _NOT_WRITABLE_BY_OTHERS = 0o022
 
 def fsync_enabled() -> bool:
     """Durability policy: fsync appends and snapshots unless CREW_FSYNC=0 (throw-away runs)."""
-    return os.environ.get(FSYNC_ENV, "1").strip().lower() not in {"0", "false", "no", "off"}
+    return env.FSYNC.enabled(default=True)
 
 
 def fsync_dir(folder: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -17,13 +18,14 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from crew import faults
-from crew.config import DEFAULT_LINE_LIMIT
 from crew.errors import StoreError
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled
 
 M = TypeVar("M", bound=BaseModel)
 
 CORRUPT_SUFFIX = ".corrupt"
+#: The longest record line, in bytes: a line over it is refused, never split (docs/design.md).
+LINE_LIMIT = 1024 * 1024
 _BLOCK = 256 * 1024
 _FIRST_BLOCK = 4 * 1024
 
@@ -88,21 +90,13 @@ def _parse(path: Path, model: type[M], number: int, start: int, raw: bytes) -> M
         return BadLine(path, number, start, len(raw), _reason(exc))
 
 
-def scan(
-    path: Path, model: type[M], *, offset: int = 0, line: int = 1
-) -> Iterator[tuple[int, int, M | BadLine]]:
-    """Yield `(line, offset, record or BadLine)` for each complete line from `offset`.
-
-    Never raises on file content: blank lines are skipped, invalid ones yielded as BadLine, and an
-    unterminated last line is left for a later read (it is being written, or was torn by a crash).
-    """
-    for number, start, raw in _lines(path, offset, line):
-        if not raw.isspace():
-            yield number, start, _parse(path, model, number, start, raw)
-
-
 def read(path: Path, model: type[M], *, offset: int = 0, line: int = 1) -> ReadResult[M]:
-    """Read every complete line from `offset`, tolerantly (see `scan`)."""
+    """Read every complete line from `offset`, tolerantly.
+
+    Never raises on file content: blank lines are skipped, invalid ones reported as BadLine, and
+    an unterminated last line is left for a later read (it is being written, or was torn by a
+    crash).
+    """
     result: ReadResult[M] = ReadResult(offset=offset, line=line)
     for number, start, raw in _lines(path, offset, line):
         result.offset = start + len(raw)
@@ -135,32 +129,25 @@ def fold(records: Iterable[M], key: Callable[[M], str]) -> dict[str, M]:
 
 def last_record(path: Path, model: type[M]) -> M | None:
     """The last valid record of a file, read backwards from its end: O(1) in the file's length."""
-    for raw in _reverse_lines(path):
-        if raw.isspace() or not raw:
-            continue
-        try:
-            return model.model_validate_json(raw)
-        except ValidationError:
-            continue
-    return None
+    return next(read_backwards(path, model), None)
 
 
 def tail_records(path: Path, model: type[M], count: int) -> list[M]:
     """Up to `count` last valid records, oldest first (for checking what the tail holds)."""
-    found: list[M] = []
-    if count <= 0:
-        return found
+    found = list(itertools.islice(read_backwards(path, model), max(count, 0)))
+    found.reverse()
+    return found
+
+
+def read_backwards(path: Path, model: type[M]) -> Iterator[M]:
+    """The valid records of a file from the last to the first, reading only as far as needed."""
     for raw in _reverse_lines(path):
         if raw.isspace() or not raw:
             continue
         try:
-            found.append(model.model_validate_json(raw))
+            yield model.model_validate_json(raw)
         except ValidationError:
             continue
-        if len(found) == count:
-            break
-    found.reverse()
-    return found
 
 
 def _reverse_lines(path: Path) -> Iterator[bytes]:
@@ -238,7 +225,7 @@ class Follower(Generic[M]):
         return Poll(result.records, result.bad, reset)
 
 
-def check_line(line: bytes, *, limit: int = DEFAULT_LINE_LIMIT) -> None:
+def check_line(line: bytes, *, limit: int = LINE_LIMIT) -> None:
     """A record line must be one `\\n`-terminated line within the size limit."""
     if not line.endswith(b"\n") or b"\n" in line[:-1]:
         raise StoreError(
@@ -251,7 +238,7 @@ def check_line(line: bytes, *, limit: int = DEFAULT_LINE_LIMIT) -> None:
         )
 
 
-def append(path: Path, lines: Sequence[bytes], *, limit: int = DEFAULT_LINE_LIMIT) -> int:
+def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> int:
     """Append whole lines with one `write()` on an O_APPEND descriptor. Caller holds the run lock.
 
     A torn tail left by a crash is first moved to `<file>.corrupt`, so a new record is never glued

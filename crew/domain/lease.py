@@ -11,6 +11,7 @@ from crew import clock
 from crew.errors import Corrupt, Refused
 from crew.models import LeaderAdapter, LeaderInfo
 from crew.paths import RunPaths
+from crew.procs import is_alive
 from crew.store import snapshot
 from crew.store.files import make_dirs
 
@@ -29,13 +30,6 @@ class Lease:
     reason: str = ""
 
 
-def pid_exists(pid: int) -> bool:
-    """Whether a process with this pid is alive (a zombie awaiting its parent is not)."""
-    from crew.procs import is_alive
-
-    return is_alive(pid)
-
-
 def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
     """The lease of a run: ALIVE only while the pid exists and its heartbeat is fresh."""
     try:
@@ -49,7 +43,7 @@ def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
     except ValueError:
         return Lease(LeaseState.STALE, info, "its heartbeat time is unreadable")
     # A pid means something only on its own host; elsewhere the heartbeat alone decides.
-    if info.host == socket.gethostname() and not pid_exists(info.pid):
+    if info.host == socket.gethostname() and not is_alive(info.pid):
         return Lease(LeaseState.STALE, info, f"leader pid {info.pid} on {info.host} is gone")
     if age > stale_after:
         return Lease(
@@ -73,7 +67,10 @@ def refuse_if_led(lease: Lease, run_id: str) -> None:
 
 
 def write_lease(paths: RunPaths, info: LeaderInfo) -> None:
-    """Write .runtime/leader.json (volatile: no fsync)."""
+    """Write .runtime/leader.json (volatile: no fsync).
+
+    Only the leader that holds the lease, or one claiming it under the run lock, writes it.
+    """
     make_dirs(paths.runtime_dir)
     snapshot.write_atomic(paths.leader, snapshot.dump_model(info), durable=False)
 

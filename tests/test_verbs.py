@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from conftest import SESSION, config, snapshot_files
 
-from crew import ids, ops
+from crew import ids, verbs
+from crew.domain import change, tasks
 from crew.errors import CrewError, NotFound, Refused, UsageError
 from crew.models import Event, MailboxMessage, SupervisorContact
 from crew.procs import Stop
@@ -28,15 +29,15 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
-from crew.run import RunStore
 from crew.store import jsonl
+from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
 
 
 def start(store: RunStore, task: str = "plan", pid: int | None = None) -> None:
-    with store.transaction() as txn:
-        txn.transition(task, TaskStatus.RUNNING, attempt=1, started_at=txn.at, pid=pid)
+    with change(store) as txn:
+        tasks.transition(txn, task, TaskStatus.RUNNING, attempt=1, started_at=txn.at, pid=pid)
 
 
 def ask(
@@ -47,7 +48,7 @@ def ask(
 ) -> SupervisorContact:
     if store.state().tasks[task].status is TaskStatus.QUEUED:
         start(store, task)
-    with store.transaction() as txn:
+    with change(store) as txn:
         contact = SupervisorContact(
             id=ids.new_contact_id(),
             task_id=task,
@@ -56,7 +57,7 @@ def ask(
             options=options or [],
             asked_at=txn.at,
         )
-        txn.transition(task, TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
+        tasks.transition(txn, task, TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
     return contact
 
 
@@ -75,7 +76,7 @@ def test_respond_answers_the_open_question_and_the_task_runs_again(make_run: Mak
     store = make_run()
     contact = ask(store)
 
-    sent = ops.respond(store, "plan", "Postgres", session=SESSION)
+    sent = verbs.respond(store, "plan", "Postgres", session=SESSION)
 
     task = store.state().tasks["plan"]
     assert task.status is TaskStatus.RUNNING and task.contact is None and task.waiting_since is None
@@ -95,10 +96,10 @@ def test_respond_answers_the_open_question_and_the_task_runs_again(make_run: Mak
 def test_a_second_respond_to_an_answered_question_is_refused(make_run: MakeRun) -> None:
     store = make_run()
     ask(store)
-    ops.respond(store, "plan", "first", session=SESSION)
+    verbs.respond(store, "plan", "first", session=SESSION)
 
     with pytest.raises(Refused, match="Task plan is running: respond needs a task that is waiting"):
-        ops.respond(store, "plan", "second", session=SESSION)
+        verbs.respond(store, "plan", "second", session=SESSION)
     assert [m.body for m in mailbox(store, Box.INBOX)] == ["first"]
 
 
@@ -111,10 +112,10 @@ def test_a_selection_must_be_one_of_the_options(make_run: MakeRun) -> None:
         UsageError,
         match=f"'mysql' is not one of the options of question {contact.id}: postgres, sqlite",
     ):
-        ops.respond(store, "plan", "mysql", session=SESSION)
+        verbs.respond(store, "plan", "mysql", session=SESSION)
     assert snapshot_files(store.paths.root) == before
 
-    assert ops.respond(store, "plan", "sqlite", session=SESSION).message.body == "sqlite"
+    assert verbs.respond(store, "plan", "sqlite", session=SESSION).message.body == "sqlite"
 
 
 def test_respond_pinned_to_a_question_refuses_a_different_one(make_run: MakeRun) -> None:
@@ -124,18 +125,18 @@ def test_respond_pinned_to_a_question_refuses_a_different_one(make_run: MakeRun)
     with pytest.raises(
         Refused, match=f"Task plan is not waiting on q_old: its open question is {current.id}"
     ):
-        ops.respond(store, "plan", "x", session=SESSION, contact_id="q_old")
-    assert ops.respond(store, "plan", "x", session=SESSION, contact_id=current.id).message
+        verbs.respond(store, "plan", "x", session=SESSION, contact_id="q_old")
+    assert verbs.respond(store, "plan", "x", session=SESSION, contact_id=current.id).message
 
 
 def test_respond_clears_a_flagged_task_without_a_question(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.NEEDS_REVIEW, error="stalled")
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.NEEDS_REVIEW, error="stalled")
     assert store.state().run.status is RunStatus.NEEDS_REVIEW
 
-    sent = ops.respond(store, "plan", "carry on", session=SESSION)
+    sent = verbs.respond(store, "plan", "carry on", session=SESSION)
 
     assert store.state().tasks["plan"].status is TaskStatus.RUNNING
     assert store.state().run.status is RunStatus.RUNNING
@@ -149,7 +150,7 @@ def test_steer_is_high_priority_on_the_steering_file(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
 
-    sent = ops.steer(store, "plan", "use sqlite", session=SESSION)
+    sent = verbs.steer(store, "plan", "use sqlite", session=SESSION)
 
     assert sent.message.kind is MessageKind.STEER and sent.message.priority is Priority.HIGH
     assert mailbox(store, Box.STEERING) == [sent.message]
@@ -161,17 +162,17 @@ def test_steer_reaches_a_waiting_task_but_not_a_queued_one(make_run: MakeRun) ->
     with pytest.raises(
         Refused, match="Task plan is queued: steer needs a task that is running or waiting"
     ) as caught:
-        ops.steer(store, "plan", "x", session=SESSION)
+        verbs.steer(store, "plan", "x", session=SESSION)
     assert caught.value.hint == "It has not started yet; `crew follow-up` queues work for it."
 
     ask(store)
-    assert ops.steer(store, "plan", "x", session=SESSION).message.task_id == "plan"
+    assert verbs.steer(store, "plan", "x", session=SESSION).message.task_id == "plan"
 
 
 def test_follow_up_queues_work_for_a_task_that_has_not_started(make_run: MakeRun) -> None:
     store = make_run()
 
-    sent = ops.follow_up(store, "build", "and add tests", session=SESSION)
+    sent = verbs.follow_up(store, "build", "and add tests", session=SESSION)
 
     assert sent.message.kind is MessageKind.FOLLOW_UP and sent.message.priority is Priority.NORMAL
     assert mailbox(store, Box.INBOX) == [sent.message]
@@ -182,8 +183,8 @@ def test_nudge_has_a_default_body_and_says_it_is_a_nudge(make_run: MakeRun) -> N
     store = make_run()
     start(store)
 
-    default = ops.nudge(store, "plan", session=SESSION).message
-    custom = ops.nudge(store, "plan", "where are you?", session=SESSION).message
+    default = verbs.nudge(store, "plan", session=SESSION).message
+    custom = verbs.nudge(store, "plan", "where are you?", session=SESSION).message
 
     assert default.body == "Please report your current status, blocker, or smallest next step."
     assert default.data is not None and default.data["source"] == "nudge"
@@ -196,10 +197,10 @@ def test_nudge_has_a_default_body_and_says_it_is_a_nudge(make_run: MakeRun) -> N
 
 
 SENDERS: dict[str, Callable[..., Any]] = {
-    "respond": ops.respond,
-    "steer": ops.steer,
-    "follow-up": ops.follow_up,
-    "nudge": ops.nudge,
+    "respond": verbs.respond,
+    "steer": verbs.steer,
+    "follow-up": verbs.follow_up,
+    "nudge": verbs.nudge,
 }
 
 
@@ -237,11 +238,11 @@ def test_every_refusal_writes_nothing(
     store = make_run(cfg, session="someone@else" if case == "other owner" else SESSION)
     if case != "other owner":
         ask(store, "plan")
-        with store.transaction() as txn:
-            txn.transition("done", TaskStatus.RUNNING)
-            txn.transition("done", TaskStatus.COMPLETED, exit_code=0)
+        with change(store) as txn:
+            tasks.transition(txn, "done", TaskStatus.RUNNING)
+            tasks.transition(txn, "done", TaskStatus.COMPLETED, exit_code=0)
     if case == "run ended":
-        ops.cancel(store, session=SESSION)
+        verbs.cancel(store, session=SESSION)
     task = {"unknown task": "deploy", "wrong status": "build" if verb != "follow-up" else "done"}
     body = {"empty body": "  \n", "body too large": "x" * 101}.get(case, "hello")
     before = snapshot_files(store.paths.root)
@@ -257,14 +258,14 @@ def test_the_gate_checks_the_task_state_before_the_body(make_run: MakeRun) -> No
     start(store)
 
     with pytest.raises(Refused):  # exit 4 (not waiting) wins over exit 2 (empty body)
-        ops.respond(store, "plan", "", session=SESSION)
+        verbs.respond(store, "plan", "", session=SESSION)
 
 
 def test_force_acts_on_another_sessions_run_and_records_both_sessions(make_run: MakeRun) -> None:
     store = make_run(session="owner@host")
     start(store)
 
-    sent = ops.steer(store, "plan", "x", session="intruder@host", force=True)
+    sent = verbs.steer(store, "plan", "x", session="intruder@host", force=True)
 
     assert sent.overridden == "owner@host"
     override = [e for e in events(store) if e.type is EventType.OWNERSHIP_OVERRIDDEN]
@@ -278,10 +279,10 @@ def test_force_acts_on_another_sessions_run_and_records_both_sessions(make_run: 
 def test_a_repeated_key_returns_the_first_message_and_writes_nothing(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
-    first = ops.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="ci-42")
+    first = verbs.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="ci-42")
     before = snapshot_files(store.paths.root)
 
-    again = ops.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="ci-42")
+    again = verbs.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="ci-42")
 
     assert again.replayed and again.message == first.message
     assert snapshot_files(store.paths.root) == before
@@ -291,10 +292,10 @@ def test_a_repeated_key_returns_the_first_message_and_writes_nothing(make_run: M
 def test_a_replay_works_even_after_the_task_moved_on_and_the_run_ended(make_run: MakeRun) -> None:
     store = make_run()
     ask(store)
-    first = ops.respond(store, "plan", "yes", session=SESSION, idempotency_key="answer-1")
-    ops.cancel(store, session=SESSION)
+    first = verbs.respond(store, "plan", "yes", session=SESSION, idempotency_key="answer-1")
+    verbs.cancel(store, session=SESSION)
 
-    again = ops.respond(store, "plan", "yes", session=SESSION, idempotency_key="answer-1")
+    again = verbs.respond(store, "plan", "yes", session=SESSION, idempotency_key="answer-1")
 
     assert again.replayed and again.message.id == first.message.id
 
@@ -303,15 +304,17 @@ def test_a_replay_works_even_after_the_task_moved_on_and_the_run_ended(make_run:
     ("call", "text"),
     [
         (
-            lambda s: ops.steer(s, "plan", "other body", session=SESSION, idempotency_key="k"),
+            lambda s: verbs.steer(s, "plan", "other body", session=SESSION, idempotency_key="k"),
             "with a different body",
         ),
         (
-            lambda s: ops.nudge(s, "plan", "use sqlite", session=SESSION, idempotency_key="k"),
+            lambda s: verbs.nudge(s, "plan", "use sqlite", session=SESSION, idempotency_key="k"),
             "already used for a steer to plan",
         ),
         (
-            lambda s: ops.follow_up(s, "build", "use sqlite", session=SESSION, idempotency_key="k"),
+            lambda s: verbs.follow_up(
+                s, "build", "use sqlite", session=SESSION, idempotency_key="k"
+            ),
             "already used for a steer to plan",
         ),
     ],
@@ -321,7 +324,7 @@ def test_the_same_key_for_a_different_request_is_refused(
 ) -> None:
     store = make_run()
     start(store)
-    ops.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="k")
+    verbs.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="k")
     before = snapshot_files(store.paths.root)
 
     with pytest.raises(Refused, match=text):
@@ -334,7 +337,7 @@ def test_the_same_key_for_a_different_request_is_refused(
 
 def test_backpressure_drops_the_oldest_pending_follow_ups(make_run: MakeRun) -> None:
     store = make_run()
-    results = [ops.follow_up(store, "build", f"item {n}", session=SESSION) for n in range(1, 61)]
+    results = [verbs.follow_up(store, "build", f"item {n}", session=SESSION) for n in range(1, 61)]
 
     inbox = mailbox(store, Box.INBOX)
     pending = [m for m in inbox if m.status is MessageStatus.PENDING]
@@ -352,8 +355,8 @@ def test_steers_and_nudges_share_one_cap_and_answers_are_never_dropped(make_run:
     store = make_run(config(limits={"maxPendingSteers": 3}))
     ask(store)
     for n in range(3):
-        ops.steer(store, "plan", f"steer {n}", session=SESSION)
-    ops.nudge(store, "plan", session=SESSION)
+        verbs.steer(store, "plan", f"steer {n}", session=SESSION)
+    verbs.nudge(store, "plan", session=SESSION)
 
     steering = mailbox(store, Box.STEERING)
     assert [m.status for m in steering] == [
@@ -362,7 +365,7 @@ def test_steers_and_nudges_share_one_cap_and_answers_are_never_dropped(make_run:
         MessageStatus.PENDING,
         MessageStatus.PENDING,
     ]
-    answer = ops.respond(store, "plan", "ok", session=SESSION)
+    answer = verbs.respond(store, "plan", "ok", session=SESSION)
     assert answer.dropped == []
 
 
@@ -373,10 +376,10 @@ def test_cancelling_a_task_rejects_its_messages_and_cancels_its_dependents(
     make_run: MakeRun,
 ) -> None:
     store = make_run()
-    ops.follow_up(store, "plan", "more", session=SESSION)
-    ops.follow_up(store, "build", "later", session=SESSION)
+    verbs.follow_up(store, "plan", "more", session=SESSION)
+    verbs.follow_up(store, "build", "later", session=SESSION)
 
-    result = ops.cancel(store, "plan", session=SESSION)
+    result = verbs.cancel(store, "plan", session=SESSION)
 
     state = store.state()
     assert state.tasks["plan"].status is TaskStatus.CANCELLED
@@ -392,10 +395,10 @@ def test_cancelling_a_task_rejects_its_messages_and_cancels_its_dependents(
 def test_cancelling_the_run_ends_it_cancelled(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
-    with store.transaction() as txn:
-        txn.transition("plan", TaskStatus.COMPLETED, exit_code=0)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.COMPLETED, exit_code=0)
 
-    result = ops.cancel(store, session=SESSION)
+    result = verbs.cancel(store, session=SESSION)
 
     assert result.tasks == ["build"] and result.run_status is RunStatus.CANCELLED
     assert store.state().run.status is RunStatus.CANCELLED
@@ -404,10 +407,10 @@ def test_cancelling_the_run_ends_it_cancelled(make_run: MakeRun) -> None:
 
 def test_cancelling_an_ended_run_says_so_and_writes_nothing(make_run: MakeRun) -> None:
     store = make_run()
-    ops.cancel(store, session=SESSION)
+    verbs.cancel(store, session=SESSION)
     before = snapshot_files(store.paths.root)
 
-    result = ops.cancel(store, session=SESSION)
+    result = verbs.cancel(store, session=SESSION)
 
     assert result.already == f"run {store.run_id} already ended (cancelled)"
     assert snapshot_files(store.paths.root) == before
@@ -426,7 +429,7 @@ def test_cancel_stops_the_workers_process_group(make_run: MakeRun) -> None:
     worker = _worker(store, "plan")
     start(store, pid=worker.pid)
 
-    result = ops.cancel(store, "plan", session=SESSION, grace=5)
+    result = verbs.cancel(store, "plan", session=SESSION, grace=5)
 
     assert [(s.task_id, s.pid, s.outcome) for s in result.stopped] == [
         ("plan", worker.pid, Stop.TERMINATED)
@@ -452,7 +455,7 @@ def test_cancel_kills_a_worker_that_ignores_sigterm(make_run: MakeRun) -> None:
     start(store, pid=worker.pid)
 
     started = time.monotonic()
-    result = ops.cancel(store, "plan", session=SESSION, grace=0.3)
+    result = verbs.cancel(store, "plan", session=SESSION, grace=0.3)
 
     assert result.stopped[0].outcome is Stop.KILLED
     assert worker.wait(timeout=5) == -signal.SIGKILL
@@ -464,7 +467,7 @@ def test_cancel_never_signals_a_pid_that_is_not_the_worker(make_run: MakeRun) ->
     stranger = _worker(store, "plan", env=False)  # the pid was reused by another program
     start(store, pid=stranger.pid)
     try:
-        result = ops.cancel(store, "plan", session=SESSION, grace=0.2)
+        result = verbs.cancel(store, "plan", session=SESSION, grace=0.2)
 
         assert result.stopped[0].outcome is Stop.NOT_OURS
         assert stranger.poll() is None  # still running
@@ -481,7 +484,7 @@ def test_handoff_transfers_ownership(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
 
-    result = ops.handoff(store, "ci@runner", session=SESSION)
+    result = verbs.handoff(store, "ci@runner", session=SESSION)
 
     assert result.changed and result.previous == SESSION and result.owner == "ci@runner"
     assert store.state().run.owner_session_id == "ci@runner"
@@ -489,7 +492,7 @@ def test_handoff_transfers_ownership(make_run: MakeRun) -> None:
     assert last.type is EventType.OWNERSHIP_TRANSFERRED
     assert last.data is not None and last.data["from"] == SESSION and last.data["to"] == "ci@runner"
     with pytest.raises(Refused, match="is owned by session 'ci@runner'"):
-        ops.steer(store, "plan", "x", session=SESSION)
+        verbs.steer(store, "plan", "x", session=SESSION)
 
 
 def test_handoff_by_a_stranger_needs_force(make_run: MakeRun) -> None:
@@ -497,10 +500,10 @@ def test_handoff_by_a_stranger_needs_force(make_run: MakeRun) -> None:
     before = snapshot_files(store.paths.root)
 
     with pytest.raises(Refused, match="is owned by session 'owner@host'"):
-        ops.handoff(store, "me@host", session="me@host")
+        verbs.handoff(store, "me@host", session="me@host")
     assert snapshot_files(store.paths.root) == before
 
-    result = ops.handoff(store, "me@host", session="me@host", force=True)
+    result = verbs.handoff(store, "me@host", session="me@host", force=True)
     assert result.overridden == "owner@host"
     types = [e.type for e in events(store)]
     assert types[-2:] == [EventType.OWNERSHIP_OVERRIDDEN, EventType.OWNERSHIP_TRANSFERRED]
@@ -509,4 +512,4 @@ def test_handoff_by_a_stranger_needs_force(make_run: MakeRun) -> None:
 def test_handoff_to_an_invalid_session_is_a_usage_error(make_run: MakeRun) -> None:
     store = make_run()
     with pytest.raises(UsageError, match="Invalid session id"):
-        ops.handoff(store, "bad\nsession", session=SESSION)
+        verbs.handoff(store, "bad\nsession", session=SESSION)

@@ -1,4 +1,4 @@
-"""Waking up when a run's files change, and following its event log as it grows.
+"""Waking up when files change, at no cost while nothing does.
 
 Three ways to notice a change, best first:
 - inotify (Linux), read directly: a file descriptor that can sit in a `select` beside worker pipes,
@@ -18,19 +18,17 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from crew.models import Event
-from crew.registry import EventType
-from crew.store import jsonl
+from crew import env
+from crew.registry import WatcherKind
 
-if TYPE_CHECKING:
-    from crew.run import RunStore
-
-FORCE_POLLING_ENV = "CREW_FORCE_POLLING"
 POLL_INTERVAL = 0.1
+#: watchfiles cannot change its timeout between waits: a wait longer than this is made of
+#: several, so a deadline is met within this much.
+WATCHFILES_SLICE_MS = 250
 
 # inotify(7) event masks: anything that can change what a reader of the folder sees.
 _IN_MODIFY = 0x002
@@ -60,8 +58,8 @@ _IN_CLOEXEC = os.O_CLOEXEC
 class Watcher(Protocol):
     """Something that can wait for a change in a set of folders."""
 
-    #: "inotify", "watchfiles" or "poll": shown in `crew status` when it is not file events.
-    kind: str
+    #: Shown in `crew status` when it is not file events.
+    kind: WatcherKind
 
     def fileno(self) -> int | None:
         """A descriptor that becomes readable on a change (for select), if there is one."""
@@ -75,7 +73,7 @@ class Watcher(Protocol):
 class InotifyWatcher:
     """Linux inotify on each folder (not recursive): zero CPU while idle."""
 
-    kind = "inotify"
+    kind = WatcherKind.INOTIFY
 
     def __init__(self, folders: Sequence[Path]) -> None:
         libc = _libc()
@@ -122,33 +120,41 @@ class InotifyWatcher:
 class WatchfilesWatcher:
     """watchfiles (Rust notify): portable file events; `step_ms` trades idle CPU for latency."""
 
-    kind = "watchfiles"
+    kind = WatcherKind.WATCHFILES
 
     def __init__(self, folders: Sequence[Path], *, debounce_ms: int = 5, step_ms: int = 5) -> None:
-        from watchfiles._rust_notify import RustNotify
+        import watchfiles
 
-        self._notify = RustNotify([str(f) for f in folders], False, False, 50, False, False)
-        self._debounce_ms = debounce_ms
-        self._step_ms = step_ms
+        self._changes = watchfiles.watch(
+            *folders,
+            watch_filter=None,
+            debounce=debounce_ms,
+            step=step_ms,
+            rust_timeout=WATCHFILES_SLICE_MS,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+            recursive=False,
+        )
 
     def fileno(self) -> int | None:
         return None
 
     def wait(self, timeout: float | None) -> bool:
-        timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
-        result = self._notify.watch(self._debounce_ms, self._step_ms, timeout_ms, None)
-        if result == "signal":
-            raise KeyboardInterrupt
-        return isinstance(result, set) and bool(result)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if next(self._changes, None):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def close(self) -> None:
-        self._notify.close()
+        self._changes.close()
 
 
 class PollWatcher:
     """Stat polling: for filesystems that deliver no file events."""
 
-    kind = "poll"
+    kind = WatcherKind.POLL
 
     def __init__(self, folders: Sequence[Path], *, interval: float = POLL_INTERVAL) -> None:
         self._folders = list(folders)
@@ -193,7 +199,7 @@ class PollWatcher:
 
 def watch_folders(folders: Sequence[Path], *, step_ms: int = 5) -> Watcher:
     """The best watcher this platform offers for `folders` (see the module docstring)."""
-    if os.environ.get(FORCE_POLLING_ENV, "") not in {"", "0"}:
+    if env.FORCE_POLLING.enabled():
         return PollWatcher(folders)
     if sys.platform.startswith("linux"):
         try:
@@ -216,62 +222,3 @@ def _libc() -> ctypes.CDLL:
         if _LIBC is None:
             _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         return _LIBC
-
-
-def follow_events(
-    store: RunStore, *, follow: bool
-) -> Iterator[tuple[Event | None, jsonl.BadLine | None]]:
-    """Yield each event of a run (and each bad line); with `follow`, keep going as events are
-    appended, until the run ends.
-
-    Survives the log being replaced by a repair: it re-reads from the start and skips what it
-    already showed (by seq).
-    """
-    follower = jsonl.Follower(store.paths.events, Event)
-    shown_seq = 0
-    ended = False
-    watcher = watch_folders([store.paths.root], step_ms=20) if follow else None
-    try:
-        if follow:
-            ended = store.state().run.status.terminal
-        while True:
-            result = follower.poll()
-            for bad in result.bad:
-                yield None, bad
-            for event in result.records:
-                if event.seq <= shown_seq:
-                    continue  # shown before the file was replaced
-                shown_seq = event.seq
-                ended = ended or event.type is EventType.RUN_ENDED
-                yield event, None
-            if watcher is None or ended or not store.paths.root.is_dir():
-                return
-            # The timeout only guards against a missed notification; changes wake it at once.
-            watcher.wait(5.0)
-    finally:
-        if watcher is not None:
-            watcher.close()
-
-
-def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes]:
-    """A worker's output, as stored; with `follow`, keep going until the task has ended."""
-    path = store.paths.log(task_id)
-    offset = 0
-    watcher = watch_folders([store.paths.logs_dir, store.paths.root]) if follow else None
-    try:
-        while True:
-            ended = not follow or store.state().tasks[task_id].status.terminal
-            try:
-                with path.open("rb") as handle:
-                    handle.seek(offset)
-                    while chunk := handle.read(65536):
-                        offset += len(chunk)
-                        yield chunk
-            except FileNotFoundError:
-                pass
-            if watcher is None or ended:
-                return
-            watcher.wait(5.0)
-    finally:
-        if watcher is not None:
-            watcher.close()

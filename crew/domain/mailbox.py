@@ -1,0 +1,325 @@
+"""A message's life: every change of a mailbox message is made here, over a transaction.
+
+To a worker (inbound: respond and followUp in inbox.jsonl, steer and nudge in steering.jsonl):
+
+    pending -> delivered -> acknowledged
+    pending -> rejected     (its task ended, it was dropped by backpressure, or superseded)
+
+From a worker (outbound, outbox.jsonl): contacts and reports are recorded `delivered`, since
+they have reached the leader. A new attempt of a task is given again the steers and follow-ups
+the previous attempt received, as new messages naming the original (`carriedFrom`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from crew import ids
+from crew.models import MailboxMessage, SupervisorContact, Task
+from crew.registry import (
+    INBOUND_BOXES,
+    LEADER,
+    ContactType,
+    Direction,
+    EventData,
+    EventType,
+    MessageData,
+    MessageKind,
+    MessageStatus,
+    Priority,
+)
+from crew.store.txn import Txn
+from crew.text import short
+
+DROPPED = "dropped: backpressure"
+SUPERSEDED = "superseded: worker restarted"
+
+#: What a new attempt is given again of what the last one received, and the event recording it.
+_CARRIED = {
+    MessageKind.STEER: EventType.AGENT_STEERED,
+    MessageKind.FOLLOW_UP: EventType.AGENT_FOLLOWED_UP,
+}
+#: Messages that belong to the attempt they were sent to: a new attempt never sees them.
+_OF_ONE_ATTEMPT = frozenset({MessageKind.RESPOND, MessageKind.NUDGE})
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def inbound(txn: Txn, message_id: str) -> MailboxMessage | None:
+    """The current state of a message to a worker, by id."""
+    for box in INBOUND_BOXES:
+        found = txn.messages(box).get(message_id)
+        if found is not None:
+            return found
+    return None
+
+
+def to_task(txn: Txn, task_id: str) -> list[MailboxMessage]:
+    """Every message to a task, in the order written (inbox first, then steering)."""
+    return [m for box in INBOUND_BOXES for m in txn.messages(box).values() if m.task_id == task_id]
+
+
+def pending(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> list[MailboxMessage]:
+    """Undelivered messages of these kinds to a task, oldest first."""
+    wanted = frozenset(kinds)
+    boxes = {kind.box for kind in wanted}
+    return [
+        m
+        for box in INBOUND_BOXES
+        if box in boxes
+        for m in txn.messages(box).values()
+        if m.task_id == task_id and m.kind in wanted and m.status is MessageStatus.PENDING
+    ]
+
+
+def with_key(txn: Txn, key: str) -> MailboxMessage | None:
+    """The message sent with this idempotency key, if any."""
+    for box in INBOUND_BOXES:
+        for message in txn.messages(box).values():
+            if message.data and message.data.get(MessageData.IDEMPOTENCY_KEY) == key:
+                return message
+    return None
+
+
+def rejected_in(txn: Txn) -> list[MailboxMessage]:
+    """The messages this transaction rejected."""
+    return [m for m in txn.staged_mail() if m.status is MessageStatus.REJECTED]
+
+
+# ----------------------------------------------------------------------------- to a worker
+
+
+def compose(
+    txn: Txn, kind: MessageKind, task_id: str, body: str, data: dict[str, Any]
+) -> MailboxMessage:
+    """A new message to a task, pending until the leader delivers it (not yet recorded)."""
+    return MailboxMessage(
+        id=ids.new_message_id(),
+        direction=Direction.INBOX,
+        kind=kind,
+        from_=LEADER,
+        to=task_id,
+        task_id=task_id,
+        body=body,
+        status=MessageStatus.PENDING,
+        priority=kind.default_priority,
+        sent_at=txn.at,
+        data=data or None,
+    )
+
+
+def post(
+    txn: Txn, message: MailboxMessage, event: EventType, text: str | None = None
+) -> MailboxMessage:
+    """Record a new message (one the verbs composed), with the event that says who sent it."""
+    txn.record(event, message=text or f"{message.kind} {message.task_id}", mail=message)
+    return message
+
+
+def deliver(txn: Txn, messages: Iterable[MailboxMessage], *, attempt: int) -> None:
+    """The leader wrote these messages to the worker of `attempt`: they are delivered.
+
+    A message that changed meanwhile (rejected by a cancel, say) keeps its new status.
+    """
+    for message in messages:
+        current = inbound(txn, message.id) or message
+        if current.status is not MessageStatus.PENDING:
+            continue
+        txn.record(
+            EventType.MAILBOX_DELIVERED,
+            message=f"delivered {message.kind} {message.id} to {message.task_id}",
+            mail=current.model_copy(
+                update={
+                    "status": MessageStatus.DELIVERED,
+                    "delivered_at": txn.at,
+                    "data": {**(current.data or {}), MessageData.ATTEMPT: attempt},
+                }
+            ),
+        )
+
+
+def acknowledge(txn: Txn, task_id: str, message_id: str) -> MailboxMessage | None:
+    """The worker says it has taken a message in hand (`@supervisor ack: msg_…`)."""
+    message = inbound(txn, message_id)
+    if message is None or message.task_id != task_id:
+        return None
+    if message.status not in {MessageStatus.PENDING, MessageStatus.DELIVERED}:
+        return None
+    acknowledged = message.model_copy(
+        update={
+            "status": MessageStatus.ACKNOWLEDGED,
+            "delivered_at": message.delivered_at or txn.at,
+            "acknowledged_at": txn.at,
+        }
+    )
+    txn.record(
+        EventType.MAILBOX_ACKNOWLEDGED,
+        message=f"{task_id} acknowledged {message.kind} {message.id}",
+        mail=acknowledged,
+    )
+    return acknowledged
+
+
+def decide(txn: Txn, task_id: str, decision: dict[str, Any]) -> None:
+    """Record a worker's attention decision; the message it is about keeps it too (in
+    `data.decisions`), so `crew mailbox` shows each message's whole life without the event log.
+    """
+    action = short(str(decision.get("action", "?")), 20)
+    about = decision.get("item")
+    message = inbound(txn, about) if isinstance(about, str) else None
+    text = f"{task_id} attention: {action}"
+    if isinstance(about, str):
+        text += f" {message.kind if message else 'item'} {short(about, 40)}"
+    if decision.get("reason"):
+        text += f" ({short(str(decision['reason']), 80)})"
+    data: dict[str, Any] = {EventData.DECISION: decision}  # the worker's JSON, apart from crew's
+    if message is None or message.task_id != task_id:
+        txn.record(EventType.ATTENTION_DECISION, task_id=task_id, message=text, data=data)
+        return
+    entry = {"at": txn.at, **{k: v for k, v in decision.items() if k != "item"}}
+    kept = dict(message.data or {})
+    kept[MessageData.DECISIONS] = [*kept.get(MessageData.DECISIONS, []), entry]
+    txn.record(
+        EventType.ATTENTION_DECISION,
+        task_id=task_id,
+        message=text,
+        data=data,
+        mail=message.model_copy(update={"data": kept}),
+    )
+
+
+def reject(txn: Txn, message: MailboxMessage, reason: str) -> MailboxMessage:
+    """A message that will never be delivered, and why (the time goes in `data.rejectedAt`)."""
+    rejected = _rejected(txn, message, reason)
+    txn.record(
+        EventType.MAILBOX_REJECTED,
+        message=f"rejected {message.kind} {message.id} to {message.task_id}: {reason}",
+        mail=rejected,
+    )
+    return rejected
+
+
+def drop_oldest(
+    txn: Txn, task_id: str, kinds: Iterable[MessageKind], cap: int
+) -> list[MailboxMessage]:
+    """Backpressure: reject the oldest pending messages beyond `cap - 1`, to make room for one
+    more. Returns them, rejected."""
+    waiting = pending(txn, task_id, kinds)
+    dropped = []
+    for old in waiting[: max(0, len(waiting) - cap + 1)]:
+        dropped.append(_rejected(txn, old, DROPPED))
+        txn.record(
+            EventType.MAILBOX_DROPPED,
+            message=f"dropped {old.kind} {old.id} to {task_id}: more than {cap} pending",
+            data={"cap": cap},
+            mail=dropped[-1],
+        )
+    return dropped
+
+
+def _rejected(txn: Txn, message: MailboxMessage, reason: str) -> MailboxMessage:
+    data = {**(message.data or {}), MessageData.REJECTED_AT: txn.at}
+    return message.model_copy(
+        update={"status": MessageStatus.REJECTED, "reason": reason, "data": data}
+    )
+
+
+def reject_undeliverable(txn: Txn, ended: Iterable[Task]) -> None:
+    """Messages still pending for tasks that ended can never be delivered."""
+    by_id = {t.id: t for t in ended}
+    if not by_id:
+        return
+    for box in INBOUND_BOXES:
+        for message in list(txn.messages(box).values()):
+            task = by_id.get(message.task_id)
+            if task is not None and message.status is MessageStatus.PENDING:
+                reject(txn, message, f"task {task.status} before delivery")
+
+
+def restart(txn: Txn, task: Task, *, retrying: bool) -> None:
+    """The worker of `task.attempt` is gone. What was pending for it: steers and follow-ups
+    stay for the next attempt, answers and nudges are rejected (they belong to the questions
+    and silences of the old one). With `retrying`, the steers and follow-ups the old attempt
+    was given are sent again, as new messages, since the next attempt starts over."""
+    for message in to_task(txn, task.id):
+        if message.status is MessageStatus.PENDING:
+            if message.kind in _OF_ONE_ATTEMPT:
+                reject(txn, message, SUPERSEDED)
+        elif (
+            retrying
+            and message.kind in _CARRIED
+            and (message.data or {}).get(MessageData.ATTEMPT) == task.attempt
+        ):
+            _carry_over(txn, message)
+
+
+def _carry_over(txn: Txn, message: MailboxMessage) -> None:
+    data = {k: v for k, v in (message.data or {}).items() if k != MessageData.ATTEMPT}
+    data[MessageData.CARRIED_FROM] = message.id
+    copy = message.model_copy(
+        update={
+            "id": ids.new_message_id(),
+            "status": MessageStatus.PENDING,
+            "sent_at": txn.at,
+            "delivered_at": None,
+            "acknowledged_at": None,
+            "data": data,
+        }
+    )
+    txn.record(
+        _CARRIED[message.kind],
+        message=f"{message.kind} {message.id} sent again to {message.task_id}'s next attempt",
+        mail=copy,
+    )
+
+
+# ----------------------------------------------------------------------------- from a worker
+
+
+def report(txn: Txn, task_id: str, kind: ContactType, text: str) -> MailboxMessage:
+    """A worker's status, progress or note line, kept in outbox.jsonl."""
+    message = _outbound(
+        txn, task_id, MessageKind.REPORT, text, {MessageData.REPORT_TYPE: kind.value}
+    )
+    txn.record(
+        EventType.SUPERVISOR_REPORT, message=f"{task_id} {kind}: {short(text)}", mail=message
+    )
+    return message
+
+
+def contact(txn: Txn, question: SupervisorContact) -> MailboxMessage:
+    """A worker's question, kept in outbox.jsonl (the task keeps it too, while it is open)."""
+    data: dict[str, Any] = {
+        MessageData.CONTACT_ID: question.id,
+        MessageData.CONTACT_TYPE: question.type.value,
+    }
+    if question.options:
+        data[MessageData.OPTIONS] = question.options
+    message = _outbound(txn, question.task_id, MessageKind.CONTACT, question.prompt, data)
+    txn.record(
+        EventType.SUPERVISOR_CONTACT,
+        message=f"{question.task_id} asks ({question.type}): {short(question.prompt)}",
+        mail=message,
+    )
+    return message
+
+
+def _outbound(
+    txn: Txn, task_id: str, kind: MessageKind, body: str, data: dict[str, Any]
+) -> MailboxMessage:
+    return MailboxMessage(
+        id=ids.new_message_id(),
+        direction=Direction.OUTBOX,
+        kind=kind,
+        from_=task_id,
+        to=LEADER,
+        task_id=task_id,
+        body=body,
+        status=MessageStatus.DELIVERED,
+        priority=Priority.HIGH if kind is MessageKind.CONTACT else Priority.NORMAL,
+        sent_at=txn.at,
+        delivered_at=txn.at,
+        data=data,
+    )

@@ -1,0 +1,131 @@
+"""A run's life: created from crew.toml, led by one leader epoch after another, owned by one
+session at a time, and ended once every task has ended. Every change of the run record is made
+here.
+
+Its status follows its tasks: `needs_review` while any task is flagged, else `running`; once
+every task has ended, `completed` if all completed, `cancelled` if it was cancelled, else
+`failed`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crew import clock
+from crew.config import CrewConfig
+from crew.domain.tasks import new_task
+from crew.ids import new_event_id
+from crew.models import Event, LeaderInfo, Run
+from crew.paths import Home
+from crew.registry import EventData, EventType, RunStatus, TaskStatus
+from crew.store.create import create_run_files
+from crew.store.runstore import RunStore
+from crew.store.state import RunState
+from crew.store.txn import Txn
+
+
+def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str) -> RunStore:
+    """Create a run from a validated config, owned by `session`, its tasks queued."""
+
+    def build(run_id: str) -> tuple[RunState, list[Event]]:
+        at = clock.now()
+        run = Run(
+            run_id=run_id,
+            crew=config.crew.name,
+            status=RunStatus.RUNNING,
+            owner_session_id=session,
+            leader_epoch=0,
+            created_at=at,
+            crew_dir=str(crew_dir),
+            config=config,
+        )
+        tasks = [new_task(config, t) for t in config.tasks]
+        created = f"run of crew {run.crew} created by {session}"
+        events = [_event(run, 1, EventType.RUN_CREATED, created, {EventData.RUN: run.to_dict()})]
+        for task in tasks:
+            events.append(
+                _event(
+                    run,
+                    len(events) + 1,
+                    EventType.TASK_QUEUED,
+                    f"task {task.id} queued",
+                    {EventData.TASK: task.to_dict()},
+                    task_id=task.id,
+                )
+            )
+        return RunState(run, {t.id: t for t in tasks}), events
+
+    return create_run_files(home, build)
+
+
+def _event(
+    run: Run,
+    seq: int,
+    kind: EventType,
+    message: str,
+    data: dict[str, object],
+    *,
+    task_id: str | None = None,
+) -> Event:
+    return Event(
+        id=new_event_id(),
+        seq=seq,
+        run_id=run.run_id,
+        at=run.created_at,
+        type=kind,
+        task_id=task_id,
+        message=message,
+        data=data,
+    )
+
+
+def follow_tasks(txn: Txn) -> None:
+    """The run's status follows its tasks: ended when all have ended, flagged when any is."""
+    run = txn.run
+    if run.status.terminal:
+        return
+    tasks = txn.state.task_list()
+    if tasks and all(t.status.terminal for t in tasks):
+        completed = all(t.status is TaskStatus.COMPLETED for t in tasks)
+        end(txn, RunStatus.COMPLETED if completed else RunStatus.FAILED)
+        return
+    flagged = any(t.status is TaskStatus.NEEDS_REVIEW for t in tasks)
+    wanted = RunStatus.NEEDS_REVIEW if flagged else RunStatus.RUNNING
+    if run.status is not wanted:
+        txn.record(
+            EventType.RUN_FLAGGED if flagged else EventType.RUN_CLEARED,
+            message="a task needs review" if flagged else "no task needs review",
+            run=run.revised(status=wanted),
+        )
+
+
+def end(txn: Txn, status: RunStatus) -> Run:
+    """The run has ended (`status` is terminal)."""
+    ended = txn.run.revised(status=status, ended_at=txn.at)
+    txn.record(EventType.RUN_ENDED, message=f"run {status}", run=ended)
+    return ended
+
+
+def claim(txn: Txn, lease: LeaderInfo) -> Run:
+    """A new leader takes the run: the epoch goes up, fencing out any earlier leader."""
+    claimed = txn.run.revised(leader_epoch=lease.epoch)
+    txn.record(
+        EventType.LEADER_STARTED,
+        message=f"leader pid {lease.pid} on {lease.host} leads (epoch {lease.epoch})",
+        data={"pid": lease.pid, "host": lease.host, "session": lease.session},
+        run=claimed,
+    )
+    return claimed
+
+
+def hand_over(txn: Txn, owner: str, *, by: str) -> Run:
+    """Ownership passes to session `owner` (`by` is the session that did it)."""
+    previous = txn.run.owner_session_id
+    handed = txn.run.revised(owner_session_id=owner)
+    txn.record(
+        EventType.OWNERSHIP_TRANSFERRED,
+        message=f"ownership passed from {previous} to {owner} by {by}",
+        data={"from": previous, "to": owner, "by": by},
+        run=handed,
+    )
+    return handed

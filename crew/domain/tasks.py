@@ -1,0 +1,313 @@
+"""A task's life: every change of a task is made here, over a transaction, and every change of
+status is checked against the transition table in crew.registry.
+
+    queued -> running -> completed
+                      -> waiting -> running         (answered, or the question withdrawn)
+                      -> needs_review -> running    (a person answers or clears the flag)
+                      -> failed, or queued again    (a new attempt, while attempts are left)
+    any live status -> cancelled
+
+A queued task whose dependency failed or was cancelled is cancelled with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crew.config import CrewConfig, TaskConfig
+from crew.domain import mailbox
+from crew.errors import Refused
+from crew.models import MailboxMessage, SupervisorContact, Task
+from crew.registry import TASK_STATUS_EVENT, EventData, EventType, TaskStatus, can_transition
+from crew.store.txn import Txn
+from crew.text import first_line, short
+
+#: A dependency that ends in one of these can never complete: its dependents are cancelled.
+_BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+def new_task(config: CrewConfig, task: TaskConfig) -> Task:
+    """The initial state of a task defined in crew.toml."""
+    return Task(
+        id=task.id,
+        agent=task.agent,
+        title=task.title or first_line(task.prompt) or task.id,
+        prompt=task.prompt,
+        status=TaskStatus.QUEUED,
+        depends_on=list(task.depends_on),
+        attempt=0,
+        max_attempts=config.max_attempts_for(task),
+    )
+
+
+# ----------------------------------------------------------------------------- the worker's life
+
+
+def start(txn: Txn, task_id: str, *, attempt: int, pid: int) -> Task:
+    """The worker of a new attempt started."""
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.RUNNING,
+        message=f"task {task_id} started (attempt {attempt}, pid {pid})",
+        attempt=attempt,
+        pid=pid,
+        started_at=txn.at,
+        ended_at=None,
+        exit_code=None,
+        error=None,
+        nudges=0,
+    )
+
+
+def not_started(txn: Txn, task_id: str, *, attempt: int, why: str) -> Task:
+    """The worker of a new attempt could not be started: the attempt counts, and failed."""
+    transition(
+        txn,
+        task_id,
+        TaskStatus.RUNNING,
+        message=f"task {task_id} attempt {attempt} could not start",
+        attempt=attempt,
+        started_at=txn.at,
+    )
+    return requeue(txn, task_id, why)
+
+
+def complete(txn: Txn, task_id: str, **changes: Any) -> Task:
+    """The worker exited 0 (and its agent's last turn did not fail)."""
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.COMPLETED,
+        message=f"task {task_id} completed",
+        contact=None,
+        waiting_since=None,
+        **changes,
+    )
+
+
+def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
+    """The attempt ended without completing: queue a new attempt, or fail the task when its
+    attempts are spent. What was pending for the old attempt is settled (crew.domain.mailbox)."""
+    task = txn.task(task_id)
+    retrying = task.attempt < task.max_attempts
+    mailbox.restart(txn, task, retrying=retrying)
+    if task.max_attempts > 1:
+        why = f"{why} (attempt {task.attempt} of {task.max_attempts})"
+    if not retrying:
+        return transition(
+            txn,
+            task_id,
+            TaskStatus.FAILED,
+            message=f"task {task_id} failed: {why}",
+            contact=None,
+            waiting_since=None,
+            error=why,
+            **{"ended_at": txn.at, **changes},
+        )
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.QUEUED,
+        event_type=EventType.TASK_RETRIED,
+        message=f"task {task_id} queued for another attempt: {why}",
+        contact=None,
+        waiting_since=None,
+        nudges=0,
+        error=why,
+        **changes,
+    )
+
+
+def cancel(txn: Txn, task_id: str, why: str, *, message: str | None = None) -> Task:
+    """Cancel a task that has not ended (`why` says by whom or what; `message` describes it)."""
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.CANCELLED,
+        message=message or f"task {task_id} cancelled: {why}",
+        ended_at=txn.at,
+        error=why,
+    )
+
+
+# ----------------------------------------------------------------------------- questions
+
+
+def wait(txn: Txn, question: SupervisorContact) -> Task:
+    """The worker asked a question: the task waits for the answer (a newer question replaces
+    an open one)."""
+    task = txn.task(question.task_id)
+    text = f"{task.id} is waiting for an answer to {question.id}"
+    if task.status is TaskStatus.WAITING:
+        return _update(
+            txn,
+            task,
+            EventType.TASK_WAITING,
+            message=text,
+            contact=question,
+            waiting_since=txn.at,
+        )
+    return transition(
+        txn, task.id, TaskStatus.WAITING, message=text, contact=question, waiting_since=txn.at
+    )
+
+
+def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
+    """A respond was sent (`message`, recorded with this change): the task runs again, its
+    question answered, or its flag cleared."""
+    task = txn.task(task_id)
+    question = task.contact
+    data: dict[str, Any] = {}
+    if question is not None:
+        closed = question.model_copy(update={"answered_at": txn.at, "answer_id": message.id})
+        data[EventData.CONTACT] = closed.to_dict()
+    what = f"question {question.id}" if question else "flag"
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.RUNNING,
+        event_type=EventType.TASK_RESPONDED,
+        message=f"answered {task_id}'s {what}: {short(message.body)}",
+        data=data,
+        mail=message,
+        contact=None,
+        waiting_since=None,
+    )
+
+
+def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
+    """The worker took its open question back: the task runs again (None if it was not waiting)."""
+    task = txn.task(task_id)
+    if task.status is not TaskStatus.WAITING or task.contact is None:
+        return None
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.RUNNING,
+        event_type=EventType.SUPERVISOR_WITHDRAWN,
+        message=f"{task_id} withdrew its question {task.contact.id}"
+        + (f": {reason}" if reason else ""),
+        data={EventData.CONTACT_ID: task.contact.id},
+        contact=None,
+        waiting_since=None,
+    )
+
+
+# ----------------------------------------------------------------------------- monitors
+
+
+def flag(txn: Txn, task_id: str, why: str) -> Task:
+    """A monitor flagged the task (stalled, waited too long): a person should look at it."""
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.NEEDS_REVIEW,
+        message=f"task {task_id} flagged: {why}",
+        error=why,
+    )
+
+
+def nudged(txn: Txn, task_id: str, message: MailboxMessage, text: str) -> Task:
+    """The stall monitor sent an automatic nudge (`message`, recorded with this change)."""
+    task = txn.task(task_id)
+    return _update(
+        txn, task, EventType.AGENT_NUDGED, message=text, mail=message, nudges=task.nudges + 1
+    )
+
+
+def active(txn: Txn, task_id: str) -> Task | None:
+    """The worker printed something after automatic nudges: they are answered."""
+    task = txn.task(task_id)
+    if task.nudges == 0:
+        return None
+    return _update(
+        txn,
+        task,
+        EventType.TASK_ACTIVE,
+        message=f"task {task_id} is active again after {task.nudges} nudge(s)",
+        nudges=0,
+    )
+
+
+# ----------------------------------------------------------------------------- settling
+
+
+def ended(txn: Txn) -> list[Task]:
+    """Tasks that reached a terminal status in this transaction."""
+    before = txn.before.tasks
+    return [
+        t
+        for t in txn.state.task_list()
+        if t.status.terminal and not (t.id in before and before[t.id].status.terminal)
+    ]
+
+
+def cancel_dependents(txn: Txn) -> None:
+    """A queued task whose dependency failed or was cancelled can never start: cancel it (and,
+    in turn, its own dependents)."""
+    changed = True
+    while changed:
+        changed = False
+        for task in txn.state.task_list():
+            if task.status is not TaskStatus.QUEUED:
+                continue
+            blocker = next(
+                (
+                    txn.state.tasks[d]
+                    for d in task.depends_on
+                    if d in txn.state.tasks and txn.state.tasks[d].status in _BLOCKING_ENDS
+                ),
+                None,
+            )
+            if blocker is not None:
+                why = f"dependency {blocker.id} {blocker.status}"
+                cancel(txn, task.id, why, message=f"task {task.id} cancelled: its {why}")
+                changed = True
+
+
+# ----------------------------------------------------------------------------- any change
+
+
+def transition(
+    txn: Txn,
+    task_id: str,
+    status: TaskStatus,
+    *,
+    message: str | None = None,
+    data: dict[str, Any] | None = None,
+    event_type: EventType | None = None,
+    mail: MailboxMessage | None = None,
+    **changes: Any,
+) -> Task:
+    """Move a task to `status`, checked against the transition table, with other changes (the
+    named changes above are made of this; an illegal transition is refused: nothing is written).
+    """
+    current = txn.task(task_id)
+    if not can_transition(current.status, status):
+        raise Refused(f"Task {task_id} cannot go from {current.status} to {status}.")
+    updated = current.revised(status=status, **changes)
+    txn.record(
+        event_type or TASK_STATUS_EVENT[status],
+        task_id=task_id,
+        message=message or f"task {task_id} {status}",
+        data=data,
+        task=updated,
+        mail=mail,
+    )
+    return updated
+
+
+def _update(
+    txn: Txn,
+    task: Task,
+    event_type: EventType,
+    *,
+    message: str,
+    mail: MailboxMessage | None = None,
+    **changes: Any,
+) -> Task:
+    """Change a task's fields, not its status."""
+    updated = task.revised(**changes)
+    txn.record(event_type, task_id=task.id, message=message, task=updated, mail=mail)
+    return updated

@@ -1,0 +1,94 @@
+"""Every environment variable crew reads or sets, in one registry.
+
+The table in docs/exit-codes.md is generated from it. No `CREW_*` name is spelled anywhere else
+in the code: read a variable through its entry here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+class Scope(StrEnum):
+    """Who sets a variable."""
+
+    USER = "you"
+    LEADER = "the leader, for each worker"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its name, who sets it, and what it does."""
+
+    name: str
+    scope: Scope
+    meaning: str
+
+    def value(self) -> str | None:
+        """The variable's value, or None when it is unset or empty."""
+        return os.environ.get(self.name) or None
+
+    def enabled(self, *, default: bool = False) -> bool:
+        """A switch: on unless unset (then `default`) or one of 0, false, no, off."""
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return default
+        return raw.strip().lower() not in _OFF
+
+
+HOME = Variable(
+    "CREW_HOME",
+    Scope.USER,
+    "the crew home (`.crew` folder) to use, instead of searching upwards from the current folder; "
+    "workers get their run's home",
+)
+SESSION = Variable(
+    "CREW_SESSION_ID",
+    Scope.USER,
+    "who is acting (default `<user>@<host>`); runs are owned by the session that started them",
+)
+FSYNC = Variable(
+    "CREW_FSYNC",
+    Scope.USER,
+    "`0` stops fsyncing appends and snapshots (throw-away runs, benchmarks)",
+)
+LOCK_TIMEOUT = Variable(
+    "CREW_LOCK_TIMEOUT",
+    Scope.USER,
+    "seconds to wait for a run's lock before giving up with exit 3 (default 10)",
+)
+FORCE_POLLING = Variable(
+    "CREW_FORCE_POLLING",
+    Scope.USER,
+    "`1` watches files by polling their status, for filesystems without file events",
+)
+DEBUG = Variable("CREW_DEBUG", Scope.USER, "`1` prints tracebacks")
+FAULT = Variable(
+    "CREW_FAULT",
+    Scope.USER,
+    "crash tests only: kill the process at a named write (see crew/faults.py)",
+)
+RUN_ID = Variable("CREW_RUN_ID", Scope.LEADER, "the run the worker belongs to")
+TASK_ID = Variable("CREW_TASK_ID", Scope.LEADER, "the task the worker runs")
+ATTEMPT = Variable("CREW_ATTEMPT", Scope.LEADER, "which attempt of the task this is (1, 2, …)")
+STATE_DIR = Variable("CREW_STATE_DIR", Scope.LEADER, "the run's folder (`state/runs/<runId>`)")
+PROTOCOL = Variable("CREW_PROTOCOL", Scope.LEADER, "the worker protocol version: `1`")
+
+VARIABLES: tuple[Variable, ...] = (
+    HOME,
+    SESSION,
+    FSYNC,
+    LOCK_TIMEOUT,
+    FORCE_POLLING,
+    DEBUG,
+    FAULT,
+    RUN_ID,
+    TASK_ID,
+    ATTEMPT,
+    STATE_DIR,
+    PROTOCOL,
+)

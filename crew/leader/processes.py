@@ -1,0 +1,406 @@
+"""The leader's worker processes: their pipes, their output split into lines, their stdin, their
+exit, and stopping them. One WorkerProcess per live attempt; the leader's loop registers its
+descriptors with its selector and calls back here when one is ready.
+
+A worker's output goes to its log exactly as received. Messages written to its stdin are
+`in_flight` until the pipe has taken every byte; only then are they recorded as delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from crew import faults
+from crew.adapters.base import Adapter
+from crew.leader import monitors, spawn
+from crew.leader.signals import AgentState
+from crew.models import MailboxMessage
+from crew.paths import RunPaths
+from crew.procs import signal_group
+from crew.store.files import FILE_MODE, write_all
+
+_READ = 65536
+#: How long a worker gets between SIGTERM and SIGKILL, and to exit once its stdin is closed.
+STOP_GRACE = 5.0
+#: How long an agent interrupted in its own protocol gets before SIGTERM.
+INTERRUPT_GRACE = 2.0
+#: A line longer than this without a newline is taken as it is (it is not a protocol line).
+MAX_LINE = 1024 * 1024
+
+
+class LineSplitter:
+    """Complete lines out of chunks of output."""
+
+    def __init__(self, limit: int = MAX_LINE) -> None:
+        self._partial = bytearray()
+        self._limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes (without their newlines)."""
+        self._partial += data
+        lines = [bytes(line) for line in self._partial.split(b"\n")]
+        self._partial = bytearray(lines.pop())
+        if len(self._partial) > self._limit:
+            lines.append(bytes(self._partial))
+            self._partial.clear()
+        return lines
+
+    def rest(self) -> list[bytes]:
+        """At the end of the output: a last line without a newline, if there is one."""
+        if not self._partial:
+            return []
+        line, self._partial = bytes(self._partial), bytearray()
+        return [line]
+
+
+@dataclass
+class WorkerProcess:
+    """A live worker process of this leader: one attempt of one task."""
+
+    task_id: str
+    attempt: int
+    process: subprocess.Popen[bytes]
+    adapter: Adapter
+    log_fd: int
+    clock: monitors.Clock
+    agent: AgentState = field(default_factory=AgentState)
+    pidfd: int | None = None
+    lines: LineSplitter = field(default_factory=LineSplitter)
+    to_write: bytearray = field(default_factory=bytearray)
+    #: Messages whose frames are in `to_write`: delivered once it drains.
+    in_flight: list[MailboxMessage] = field(default_factory=list)
+    stdin_closed: bool = False
+    open_streams: int = 2
+    exit_code: int | None = None
+    #: When an idle agent's stdin gets closed (agent `keepOpen`), once its turn has ended.
+    close_at: float | None = None
+    #: When an interrupted agent gets SIGTERM (it was given a moment to wind down first).
+    term_at: float | None = None
+    #: When a worker that was asked to stop gets SIGKILL.
+    kill_at: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    @property
+    def exited(self) -> bool:
+        return self.exit_code is not None
+
+    @property
+    def stopping(self) -> bool:
+        return self.kill_at is not None
+
+    def streams(self) -> list[int]:
+        """The descriptors of its output streams still open (stdout, then stderr)."""
+        found = []
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None and not stream.closed:
+                found.append(stream.fileno())
+        return found
+
+    def read(self, fd: int) -> bytes | None:
+        """Read what `fd` has and log it; None at the end of the stream."""
+        try:
+            data = os.read(fd, _READ)
+        except BlockingIOError:
+            return b""
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        write_all(self.log_fd, data)
+        return data
+
+    def drain(self, *, parse: bool) -> list[bytes]:
+        """Once it has exited: log what its pipes still hold; the complete stdout lines."""
+        lines: list[bytes] = []
+        stdout = self.process.stdout
+        for fd in self.streams():
+            while True:
+                try:
+                    data = self.read(fd)
+                except OSError:
+                    break
+                if not data:  # end of stream, or a grandchild still holds the pipe open
+                    break
+                if parse and stdout is not None and fd == stdout.fileno():
+                    lines += self.lines.feed(data)
+        return lines
+
+    def write(self, data: bytes) -> bool:
+        """Queue bytes for its stdin and write what the pipe takes now. True when everything
+        queued has been written (the in-flight messages are then delivered)."""
+        self.to_write += data
+        stdin = self.process.stdin
+        if stdin is None or self.stdin_closed:
+            return False
+        try:
+            while self.to_write:
+                written = os.write(stdin.fileno(), self.to_write)
+                del self.to_write[:written]
+        except BlockingIOError:
+            return False  # the pipe is full: the loop waits until it can take more
+        except OSError as exc:
+            if exc.errno not in {errno.EPIPE, errno.EBADF}:
+                raise
+            self.to_write.clear()
+            self.in_flight = []
+            self.stdin_closed = True  # the worker closed its stdin: messages stay pending
+            return False
+        return True
+
+    def take_delivered(self) -> list[MailboxMessage]:
+        """The in-flight messages, now that their bytes are written."""
+        if not self.in_flight:
+            return []
+        faults.crash_at("deliver")
+        delivered, self.in_flight = self.in_flight, []
+        return delivered
+
+    def close_stdin(self) -> None:
+        stdin = self.process.stdin
+        if stdin is not None and not self.stdin_closed:
+            with contextlib.suppress(OSError):
+                stdin.close()
+        self.stdin_closed = True
+
+    def signal(self, sig: signal.Signals) -> None:
+        signal_group(self.pid, sig)
+
+    def wait(self) -> int:
+        """Reap it; its exit code (128 + the signal's number when a signal killed it)."""
+        code = int(self.process.wait())
+        self.exit_code = code if code >= 0 else 128 - code
+        return code
+
+    def close(self) -> None:
+        """Close every descriptor the leader holds for it."""
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        os.close(self.log_fd)
+
+
+class Listener(Protocol):
+    """What the leader is told about its workers."""
+
+    def output(self, worker: WorkerProcess, lines: list[bytes]) -> None:
+        """It printed something; `lines` are the stdout lines it completed (maybe none)."""
+
+    def exited(self, worker: WorkerProcess, code: int) -> None:
+        """It exited (its last output was given to `output` first)."""
+
+    def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
+        """Its stdin took every byte of these messages."""
+
+
+class Workers:
+    """The leader's live workers, by task, and their descriptors in the leader's selector
+    (registered with `(kind, worker)` as data; the leader hands those keys to `handle`)."""
+
+    def __init__(self, selector: selectors.BaseSelector, listener: Listener) -> None:
+        self._selector = selector
+        self._listener = listener
+        self._by_task: dict[str, WorkerProcess] = {}
+
+    def __iter__(self) -> Iterator[WorkerProcess]:
+        return iter(list(self._by_task.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_task)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._by_task
+
+    def running(self) -> set[str]:
+        return set(self._by_task)
+
+    def add(self, worker: WorkerProcess) -> None:
+        """Watch a started worker's output and exit."""
+        self._by_task[worker.task_id] = worker
+        stdout, stderr = worker.process.stdout, worker.process.stderr
+        assert stdout is not None
+        self._selector.register(stdout, selectors.EVENT_READ, ("out", worker))
+        if stderr is not None:
+            self._selector.register(stderr, selectors.EVENT_READ, ("err", worker))
+        if worker.pidfd is not None:
+            self._selector.register(worker.pidfd, selectors.EVENT_READ, ("exit", worker))
+
+    def handle(self, kind: str, worker: WorkerProcess, fd: int) -> None:
+        """A descriptor of `worker` is ready."""
+        if kind == "exit":
+            self._reap(worker)
+        elif kind == "in":
+            self.write(worker, b"")
+        else:
+            self._readable(worker, fd, parse=kind == "out")
+
+    def write(self, worker: WorkerProcess, data: bytes) -> None:
+        """Write to a worker's stdin (what the pipe cannot take now waits for it to drain)."""
+        stdin = worker.process.stdin
+        if worker.write(data):
+            if stdin is not None:
+                self._unregister(stdin)
+            delivered = worker.take_delivered()
+            if delivered:
+                self._listener.delivered(worker, delivered)
+        elif stdin is not None and not worker.stdin_closed:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.register(stdin, selectors.EVENT_WRITE, ("in", worker))
+
+    def close_stdin(self, worker: WorkerProcess) -> None:
+        """End of input: the worker should save and exit."""
+        if worker.process.stdin is not None:
+            self._unregister(worker.process.stdin)
+        worker.close_stdin()
+
+    def stop(self, worker: WorkerProcess, now: float, grace: float = STOP_GRACE) -> None:
+        """Stop a worker: an agent is first interrupted in its own protocol and given a moment
+        to wind down; then SIGTERM; then SIGKILL after `grace`."""
+        interrupt = worker.adapter.interrupt()
+        if interrupt.write and not worker.stdin_closed and not worker.exited:
+            with contextlib.suppress(OSError):
+                self.write(worker, interrupt.write)
+            self.close_stdin(worker)
+            worker.term_at = now + INTERRUPT_GRACE
+            worker.kill_at = worker.term_at + grace
+            return
+        worker.signal(signal.SIGTERM)
+        worker.kill_at = now + grace
+
+    def escalate(self, now: float) -> None:
+        """Send the SIGTERMs and SIGKILLs that fell due."""
+        for worker in self:
+            if worker.term_at is not None and now >= worker.term_at:
+                worker.term_at = None
+                worker.signal(signal.SIGTERM)
+            if worker.kill_at is not None and now >= worker.kill_at:
+                worker.signal(signal.SIGKILL)
+                worker.kill_at = now + 3600  # only once; its exit descriptor tells us when
+
+    def deadlines(self) -> Iterator[float]:
+        """When a timer of some worker falls due."""
+        for worker in self:
+            yield from (t for t in (worker.kill_at, worker.term_at, worker.close_at) if t)
+
+    def stop_all(self, grace: float = STOP_GRACE) -> None:
+        """Stop leading: workers get the end of their input, then SIGTERM, then SIGKILL. Their
+        last output is logged; nothing is reported."""
+        for worker in self:
+            self.close_stdin(worker)
+        self._await_exits(time.monotonic() + grace)
+        for worker in self:
+            worker.signal(signal.SIGTERM)
+        self._await_exits(time.monotonic() + grace)
+        for worker in self:
+            worker.signal(signal.SIGKILL)
+            worker.wait()
+            self.forget(worker)
+
+    def abandon(self) -> None:
+        """Fenced out: leave the workers to the new leader (their input ends)."""
+        for worker in self:
+            self.close_stdin(worker)
+
+    def forget(self, worker: WorkerProcess) -> None:
+        """Stop watching a worker and close what the leader holds of it."""
+        for stream in (worker.process.stdin, worker.process.stdout, worker.process.stderr):
+            if stream is not None:
+                self._unregister(stream)
+        if worker.pidfd is not None:
+            self._unregister(worker.pidfd)
+        worker.close()
+        self._by_task.pop(worker.task_id, None)
+
+    def _readable(self, worker: WorkerProcess, fd: int, *, parse: bool) -> None:
+        data = worker.read(fd)
+        if data is None:
+            self._unregister(fd)
+            worker.open_streams -= 1
+            if worker.open_streams == 0 and worker.pidfd is None:
+                self._reap(worker)  # no pidfd on this system: end of output is our cue
+            return
+        if data:
+            worker.clock.output(time.monotonic())
+            self._listener.output(worker, worker.lines.feed(data) if parse else [])
+
+    def _reap(self, worker: WorkerProcess) -> None:
+        code = worker.wait()
+        lines = worker.drain(parse=True) + worker.lines.rest()
+        if lines:
+            self._listener.output(worker, lines)
+        self.forget(worker)
+        self._listener.exited(worker, code)
+
+    def _await_exits(self, deadline: float) -> None:
+        """Wait for workers to exit, logging their last output but reporting nothing."""
+        while len(self) and time.monotonic() < deadline:
+            for key, _ in self._selector.select(max(0.0, deadline - time.monotonic())):
+                kind, worker = key.data
+                if kind in {"out", "err"} and worker.read(key.fd) is None:
+                    self._unregister(key.fd)
+                elif kind == "exit":
+                    worker.wait()
+                    worker.drain(parse=False)
+                    self.forget(worker)
+            for worker in self:
+                if worker.pidfd is None and worker.process.poll() is not None:
+                    worker.drain(parse=False)
+                    self.forget(worker)
+
+    def _unregister(self, target: int | object) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(target)  # type: ignore[arg-type]  # a file or a descriptor
+
+
+def start_worker(
+    launch: spawn.Launch,
+    adapter: Adapter,
+    paths: RunPaths,
+    *,
+    task_id: str,
+    attempt: int,
+    now: float,
+) -> WorkerProcess:
+    """Start one attempt's worker (OSError when its command cannot be started)."""
+    process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+    log_fd = os.open(
+        paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
+    )
+    worker = WorkerProcess(
+        task_id,
+        attempt,
+        process,
+        adapter,
+        log_fd,
+        monitors.Clock(started=now, last_output=now),
+        open_streams=1 if process.stderr is None else 2,
+    )
+    with contextlib.suppress(OSError, AttributeError):
+        worker.pidfd = os.pidfd_open(process.pid)
+    return worker
+
+
+def describe_exit(code: int) -> str:
+    """How a worker ended, in words: `exited with code 1`, `killed by SIGKILL`."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with code {code}"

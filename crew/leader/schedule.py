@@ -1,0 +1,102 @@
+"""The leader's decisions, as pure functions of the run's state: which tasks start, which
+messages a worker is given now, when an idle agent is done. Tested without a process."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from crew.leader.signals import AgentState
+from crew.models import MailboxMessage, Task
+from crew.registry import Direction, MessageKind, MessageStatus, TaskStatus
+from crew.store.state import RunState
+
+
+def ready(state: RunState, running: Collection[str], max_parallel: int) -> list[Task]:
+    """Queued tasks whose dependencies all completed, in crew.toml order, as many as may start
+    beside the `running` ones."""
+    room = max_parallel - len(running)
+    found: list[Task] = []
+    for task in state.task_list():
+        if len(found) >= room:
+            break
+        if task.status is not TaskStatus.QUEUED or task.id in running:
+            continue
+        if all(
+            state.tasks[d].status is TaskStatus.COMPLETED
+            for d in task.depends_on
+            if d in state.tasks
+        ):
+            found.append(task)
+    return found
+
+
+def deliverable(
+    messages: Iterable[MailboxMessage], task: Task, order: dict[str, int]
+) -> list[MailboxMessage]:
+    """The pending messages a live task may be given now, in delivery order: respond, steer,
+    nudge, followUp, first-written first within each. A follow-up waits while the task waits for
+    an answer (or is flagged): the answer comes first."""
+    due = [
+        m
+        for m in messages
+        if m.task_id == task.id
+        and m.status is MessageStatus.PENDING
+        and (m.kind is not MessageKind.FOLLOW_UP or task.status is TaskStatus.RUNNING)
+    ]
+    due.sort(key=lambda m: (m.kind.delivery_rank, order.get(m.id, 0)))
+    return due
+
+
+def idle_close_at(
+    agent: AgentState,
+    task: Task | None,
+    *,
+    busy: bool,
+    linger: float,
+    scheduled: float | None,
+    now: float,
+) -> float | None:
+    """When to close the stdin of an agent that is done, so that it exits (None: not yet).
+
+    An agent is done once its turn ended with no question open and nothing left to give it,
+    after `linger` (the agent's `keepOpen`), which starts again whenever it gets more work; an
+    agent that cannot go on (fatal) is closed at once. `scheduled` is the time chosen before.
+    """
+    if agent.fatal:
+        return scheduled if scheduled is not None else now
+    if not agent.turn_ended or task is None or task.status is not TaskStatus.RUNNING or busy:
+        return None  # working, or a question is open: the agent waits for its answer
+    return scheduled if scheduled is not None else now + linger
+
+
+class Pending:
+    """Undelivered messages to each task (the latest line of each), kept up to date from the
+    mailbox files and the leader's own writes."""
+
+    def __init__(self) -> None:
+        self._by_task: dict[str, dict[str, MailboxMessage]] = {}
+        #: Messages seen past `pending`: a file re-read from its start never revives them.
+        self._settled: set[str] = set()
+        #: The order messages were first seen in: the order they were written.
+        self._order: dict[str, int] = {}
+
+    def adopt(self, message: MailboxMessage) -> None:
+        """Take in the latest known line of a message (lines may repeat when a file is re-read)."""
+        if message.direction is not Direction.INBOX:
+            return
+        self._order.setdefault(message.id, len(self._order))
+        waiting = self._by_task.setdefault(message.task_id, {})
+        if message.status is not MessageStatus.PENDING:
+            waiting.pop(message.id, None)
+            self._settled.add(message.id)
+        elif message.id not in self._settled:
+            waiting[message.id] = message
+
+    def due(self, task: Task) -> list[MailboxMessage]:
+        """What the task's worker may be given now (see `deliverable`)."""
+        return deliverable(self._by_task.get(task.id, {}).values(), task, self._order)
+
+    def any_for(self, task_id: str, kind: MessageKind | None = None) -> bool:
+        """Whether anything (of `kind`) waits for the task."""
+        waiting = self._by_task.get(task_id, {}).values()
+        return any(kind is None or m.kind is kind for m in waiting)

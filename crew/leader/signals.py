@@ -1,0 +1,161 @@
+"""What a worker says, turned into changes of the run: one handler per kind of signal.
+
+Adapters turn a worker's output into signals (crew/adapters/base.py, crew/protocol.py); here each
+kind of signal has its handler, a call into the domain over the leader's transaction. Nothing
+here starts or reads a process, so it is tested with a store and no worker at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from crew import ids
+from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
+from crew.config import AutoRespondRule
+from crew.domain import mailbox, tasks
+from crew.models import SupervisorContact, Task
+from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report
+from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.store.txn import Txn
+from crew.text import short
+
+#: Malformed `@supervisor` lines recorded as events per attempt; after that, every 100th.
+MALFORMED_EVENTS = 10
+
+
+@dataclass
+class AgentState:
+    """What the leader has heard of one worker's agent."""
+
+    #: The agent's last turn ended (adapters that speak in turns), and whether it failed.
+    turn_ended: bool = False
+    turn_error: str | None = None
+    #: The agent reported an error it cannot go on from: the task fails.
+    fatal: bool = False
+    #: Malformed `@supervisor` lines so far.
+    malformed: int = 0
+
+
+def worth_recording(task: Task | None, said: list[Signal]) -> bool:
+    """Whether a transaction is needed: the worker said something, or its output answers
+    automatic nudges."""
+    return bool(said) or (task is not None and task.nudges > 0)
+
+
+def apply(
+    txn: Txn, task_id: str, attempt: int, agent: AgentState, said: list[Signal]
+) -> list[SupervisorContact]:
+    """Record what the worker of `attempt` said; returns the questions it asked.
+
+    Nothing is recorded for a task that has ended or moved on to another attempt meanwhile.
+    """
+    task = txn.task(task_id)
+    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+        return []
+    tasks.active(txn, task_id)  # any output answers automatic nudges
+    asked: list[SupervisorContact] = []
+    for item in said:
+        question = _HANDLERS[type(item)](txn, task_id, agent, item)
+        if question is not None:
+            asked.append(question)
+    return asked
+
+
+def auto_answer(
+    rules: list[AutoRespondRule], question: SupervisorContact
+) -> tuple[int, AutoRespondRule] | None:
+    """The first autoRespond rule (and its index) that answers this question, if any."""
+    for index, rule in enumerate(rules):
+        if rule.type is not question.type or (rule.task and rule.task != question.task_id):
+            continue
+        if rule.match and re.search(rule.match, question.prompt) is None:
+            continue
+        return index, rule
+    return None
+
+
+# ----------------------------------------------------------------------------- the handlers
+
+
+def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> SupervisorContact:
+    agent.turn_ended = False
+    question = SupervisorContact(
+        id=ids.new_contact_id(),
+        task_id=task_id,
+        type=item.type,
+        prompt=item.prompt,
+        options=item.options,
+        asked_at=txn.at,
+    )
+    mailbox.contact(txn, question)
+    tasks.wait(txn, question)
+    return question
+
+
+def _reported(txn: Txn, task_id: str, agent: AgentState, item: Report) -> None:
+    mailbox.report(txn, task_id, item.type, item.text)
+
+
+def _acknowledged(txn: Txn, task_id: str, agent: AgentState, item: Ack) -> None:
+    mailbox.acknowledge(txn, task_id, item.message_id)
+
+
+def _decided(txn: Txn, task_id: str, agent: AgentState, item: DecisionRecord) -> None:
+    mailbox.decide(txn, task_id, item.data)
+
+
+def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> None:
+    agent.malformed += 1
+    if agent.malformed <= MALFORMED_EVENTS or agent.malformed % 100 == 0:
+        txn.record(
+            EventType.SUPERVISOR_MALFORMED,
+            task_id=task_id,
+            message=f"{task_id} printed a malformed @supervisor line: {item.reason}",
+            data={"reason": item.reason, "count": agent.malformed},
+        )
+
+
+def _turn_ended(txn: Txn, task_id: str, agent: AgentState, item: TurnEnd) -> None:
+    agent.turn_ended = True
+    agent.turn_error = item.error
+    if item.error:
+        txn.record(
+            EventType.AGENT_ERROR,
+            task_id=task_id,
+            message=f"{task_id}'s turn failed: {short(item.error, 200)}",
+            data={"error": item.error, "turnEnd": True},
+        )
+
+
+def _withdrawn(txn: Txn, task_id: str, agent: AgentState, item: Withdrawn) -> None:
+    tasks.withdraw(txn, task_id, item.reason)
+
+
+def _agent_error(txn: Txn, task_id: str, agent: AgentState, item: AgentError) -> None:
+    txn.record(
+        EventType.AGENT_ERROR,
+        task_id=task_id,
+        message=f"{task_id}: {short(item.message, 200)}",
+        data={"error": item.message, "fatal": item.fatal},
+    )
+    if item.fatal:
+        agent.turn_error = item.message
+        agent.fatal = True
+
+
+_Handler = Callable[[Txn, str, AgentState, Any], SupervisorContact | None]
+
+#: Every kind of signal an adapter can give, and what the leader does about it.
+_HANDLERS: dict[type, _Handler] = {
+    Contact: _asked,
+    Report: _reported,
+    Ack: _acknowledged,
+    DecisionRecord: _decided,
+    Malformed: _malformed,
+    TurnEnd: _turn_ended,
+    Withdrawn: _withdrawn,
+    AgentError: _agent_error,
+}

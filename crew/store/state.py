@@ -1,0 +1,146 @@
+"""A run's state, and how the event log describes it.
+
+Each state-changing event carries the new state it produces (`data.run`, `data.task`,
+`data.mailboxMessage`), so the snapshots and the mailbox can always be derived from the log:
+folding the log is how a crashed write is completed and how a lost snapshot is rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crew.errors import NotFound
+from crew.models import Event, MailboxMessage, Run, Task
+from crew.registry import Box, EventData
+
+#: Task fields the leader refreshes without an event (too frequent to log); ignored when comparing
+#: snapshots with the state rebuilt from events.
+VOLATILE_TASK_FIELDS = frozenset({"last_output_at"})
+
+
+@dataclass
+class RunState:
+    """The run and its tasks (in crew.toml order), as the snapshots hold them."""
+
+    run: Run
+    tasks: dict[str, Task]
+
+    def task_list(self) -> list[Task]:
+        return list(self.tasks.values())
+
+    def task(self, task_id: str) -> Task:
+        """The task with this id (NotFound, naming the run's tasks, if there is none)."""
+        try:
+            return self.tasks[task_id]
+        except KeyError:
+            known = ", ".join(self.tasks) or "none"
+            raise NotFound(
+                f"Run {self.run.run_id} has no task {task_id!r} (tasks: {known})."
+            ) from None
+
+    def copy(self) -> RunState:
+        # Models are never changed in place (every change makes a new one): a shallow copy
+        # is enough for a transaction to work on.
+        return RunState(self.run, dict(self.tasks))
+
+
+@dataclass
+class Recovery:
+    """A run's state as loaded, and whatever the files on disk do not reflect of it yet."""
+
+    state: RunState
+    last_seq: int
+    #: Events to roll forward: the tail after `.runtime/applied`, or all of them after a full check.
+    unapplied: list[Event] = field(default_factory=list)
+    #: True when `.runtime/applied` could not be trusted and the whole log was checked.
+    full: bool = False
+    #: Snapshots that are unreadable or missing (the state was rebuilt from events).
+    broken: list[tuple[Path, str]] = field(default_factory=list)
+    #: True when readable snapshots disagreed with the state the events describe.
+    mismatch: bool = False
+    #: Set when events.jsonl ends before the last seq the snapshots reflect.
+    history_gap: int | None = None
+
+    @property
+    def clean(self) -> bool:
+        return not (self.unapplied or self.full or self.broken or self.mismatch or self.history_gap)
+
+    def warnings(self) -> list[str]:
+        notes = [
+            f"{path.name} is {why if why == 'missing' else f'unreadable ({why})'}; "
+            "showing the state rebuilt from events.jsonl"
+            for path, why in self.broken
+        ]
+        if self.mismatch:
+            notes.append(
+                "tasks.json or manifest.json disagrees with events.jsonl; showing the state the "
+                "events describe (`crew doctor --repair` rewrites the snapshots)"
+            )
+        if self.unapplied and not self.full:
+            notes.append(
+                f"{len(self.unapplied)} event(s) not yet reflected in the snapshots (a write was "
+                "interrupted); the next command that changes the run completes it"
+            )
+        if self.history_gap is not None:
+            notes.append(
+                f"events.jsonl ends at seq {self.last_seq} but the snapshots reflect seq "
+                f"{self.history_gap}: some history is missing"
+            )
+        return notes
+
+
+def rebuild(events: list[Event]) -> RunState | None:
+    """The state the event log describes: the latest run and task states it carries."""
+    run: Run | None = None
+    tasks: dict[str, Task] = {}
+    for event in events:
+        data = event.data or {}
+        if EventData.RUN in data:
+            run = Run.model_validate(data[EventData.RUN])
+        if EventData.TASK in data:
+            task = Task.model_validate(data[EventData.TASK])
+            tasks[task.id] = task
+    if run is None:
+        return None
+    return RunState(run, ordered(run, list(tasks.values())))
+
+
+def apply_event(state: RunState, event: Event) -> None:
+    """Bring `state` forward by one event (the new run and task states it carries)."""
+    data = event.data or {}
+    if EventData.RUN in data:
+        state.run = Run.model_validate(data[EventData.RUN])
+    if EventData.TASK in data:
+        task = Task.model_validate(data[EventData.TASK])
+        state.tasks[task.id] = task
+
+
+def same_state(a: RunState, b: RunState) -> bool:
+    """Whether two states agree, ignoring the fields the leader refreshes without an event."""
+    if a.run != b.run or list(a.tasks) != list(b.tasks):
+        return False
+    return all(
+        t.model_dump(exclude=set(VOLATILE_TASK_FIELDS))
+        == b.tasks[t.id].model_dump(exclude=set(VOLATILE_TASK_FIELDS))
+        for t in a.tasks.values()
+    )
+
+
+def ordered(run: Run, tasks: list[Task]) -> dict[str, Task]:
+    """Tasks in crew.toml order (any unknown to the config keep their own order, after)."""
+    by_id = {t.id: t for t in tasks}
+    in_order = {t.id: by_id.pop(t.id) for t in run.config.tasks if t.id in by_id}
+    in_order.update(by_id)
+    return in_order
+
+
+def messages_by_box(events: list[Event]) -> dict[Box, list[MailboxMessage]]:
+    """The mailbox lines a list of events carries, by the file that holds them, in order."""
+    found: dict[Box, list[MailboxMessage]] = {}
+    for event in events:
+        raw = (event.data or {}).get(EventData.MESSAGE)
+        if raw is not None:
+            mail = MailboxMessage.model_validate(raw)
+            found.setdefault(mail.kind.box, []).append(mail)
+    return found

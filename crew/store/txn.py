@@ -1,0 +1,145 @@
+"""One atomic change to a run: staged in memory, written in write-ahead order by `commit`.
+
+A transaction knows how to record a change, not which changes are allowed: the rules (task
+transitions, message life-cycles, the gate) live in crew.domain, which stages changes here.
+Commit writes, in this order:
+
+1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point;
+2. the mailbox lines, one `write()` per mailbox file;
+3. tasks.json and manifest.json, if they changed (atomic replace);
+4. `.runtime/applied`: the last seq the files now reflect.
+
+A crash between 1 and 4 leaves events that the other files do not reflect yet; the next writer
+(and every reader, in memory) rolls them forward from the events, which carry the new state.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from crew import clock
+from crew.errors import StoreError
+from crew.ids import new_event_id
+from crew.models import Event, MailboxMessage, Run, Task
+from crew.registry import Box, EventData, EventType
+from crew.store import jsonl
+from crew.store.state import VOLATILE_TASK_FIELDS, RunState
+
+if TYPE_CHECKING:
+    from crew.store.runstore import RunStore
+
+
+class Txn:
+    """A change to one run, built up in memory under the run lock."""
+
+    def __init__(self, store: RunStore, state: RunState, last_seq: int, repairs: list[str]) -> None:
+        self.store = store
+        self.state = state
+        #: The state as the transaction found it.
+        self.before = state.copy()
+        self.at = clock.now()
+        #: What recovery repaired before the transaction began.
+        self.repairs = repairs
+        self._last_seq = last_seq
+        self._events: list[Event] = []
+        self._mail: list[MailboxMessage] = []
+        self._tasks_dirty = False
+        self._run_dirty = False
+        self._staged: dict[Box, dict[str, MailboxMessage]] = {}
+
+    @property
+    def run(self) -> Run:
+        return self.state.run
+
+    def task(self, task_id: str) -> Task:
+        """The task's state as this transaction sees it (NotFound if the run has no such task)."""
+        return self.state.task(task_id)
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything has been recorded."""
+        return bool(self._events)
+
+    def record(
+        self,
+        event_type: EventType,
+        *,
+        task_id: str | None = None,
+        message: str | None = None,
+        data: dict[str, Any] | None = None,
+        task: Task | None = None,
+        run: Run | None = None,
+        mail: MailboxMessage | None = None,
+    ) -> Event:
+        """Stage an event; `task`, `run` and `mail` are new state it carries (and applies)."""
+        payload = dict(data or {})
+        if task is not None:
+            self.state.tasks[task.id] = task
+            self._tasks_dirty = True
+            payload[EventData.TASK] = task.to_dict()
+            task_id = task_id or task.id
+        if run is not None:
+            self.state.run = run
+            self._run_dirty = True
+            payload[EventData.RUN] = run.to_dict()
+        if mail is not None:
+            self._mail.append(mail)
+            self._staged.setdefault(mail.kind.box, {})[mail.id] = mail
+            payload[EventData.MESSAGE] = mail.to_dict()
+            task_id = task_id or mail.task_id
+        self._last_seq += 1
+        event = Event(
+            id=new_event_id(),
+            seq=self._last_seq,
+            run_id=self.run.run_id,
+            at=self.at,
+            type=event_type,
+            task_id=task_id,
+            message=message,
+            data=payload or None,
+        )
+        self._events.append(event)
+        return event
+
+    def refresh(self, task_id: str, **volatile: Any) -> None:
+        """Update fields the leader refreshes too often to log (lastOutputAt): no event."""
+        unknown = set(volatile) - VOLATILE_TASK_FIELDS
+        if unknown:
+            raise ValueError(f"not volatile fields: {', '.join(sorted(unknown))}")
+        self.state.tasks[task_id] = self.task(task_id).model_copy(update=volatile)
+        self._tasks_dirty = True
+
+    def messages(self, box: Box) -> Mapping[str, MailboxMessage]:
+        """The folded mailbox as it will be after this transaction: the file's fold (read up to
+        date) with this transaction's own lines over it, in first-seen order."""
+        return ChainMap(self._staged.setdefault(box, {}), self.store.fold(box))
+
+    def staged_mail(self) -> list[MailboxMessage]:
+        """The mailbox lines this transaction wrote (or will write), in order."""
+        return list(self._mail)
+
+    def commit(self) -> None:
+        """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
+        if not self._events:
+            if self._tasks_dirty:  # only volatile fields changed
+                self.store.write_snapshots(self.state, tasks=True, run=False)
+            return
+        paths = self.store.paths
+        jsonl.append(paths.events, [e.to_line() for e in self._events])  # the commit point
+        try:
+            by_box: dict[Box, list[bytes]] = {}
+            for mail in self._mail:
+                by_box.setdefault(mail.kind.box, []).append(mail.to_line())
+            for box, lines in by_box.items():
+                jsonl.append(paths.box(box), lines)
+            self.store.write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
+            self.store.write_applied(self._last_seq)
+        except StoreError as error:
+            raise StoreError(
+                f"The change was recorded in events.jsonl, but {error.message[0].lower()}"
+                f"{error.message[1:].removesuffix(' Nothing was recorded.')} The next command "
+                "that changes the run completes it.",
+                hint="Free some disk space, then run `crew doctor --repair` or any command.",
+            ) from None

@@ -1,0 +1,287 @@
+"""The verbs that act on a run: respond, steer, follow-up, nudge, cancel, handoff.
+
+Anyone calls them — a person at the command line, a CI job, a lead agent, the live view, and the
+leader itself (automatic nudges and autoRespond answers go through the same verbs). Each passes
+the gate (crew/domain/gate.py) under the run lock before anything is written, and returns a
+result (crew/results.py). None of them needs a running leader: they write the run's files, and
+the leader, when one runs, delivers what they wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from crew import domain, ids
+from crew.domain import gate, mailbox, runs, tasks
+from crew.domain.gate import FOLLOW_UP, NUDGE, RESPOND, STEER, Verb
+from crew.domain.lease import LeaseState, read_lease
+from crew.errors import Refused, UsageError
+from crew.models import MailboxMessage, Run, Task
+from crew.procs import DEFAULT_GRACE, stop_worker
+from crew.registry import (
+    LIVE_TASK_STATUSES,
+    ContactType,
+    MessageData,
+    MessageSource,
+    RunStatus,
+)
+from crew.results import Cancelled, HandedOff, Sent
+from crew.store.runstore import RunStore
+from crew.store.txn import Txn
+from crew.text import short
+
+DEFAULT_NUDGE = "Please report your current status, blocker, or smallest next step."
+
+#: Checks a verb makes of its own, once the gate has passed: returns data keys to record.
+Check = Callable[[Txn, Task, str], dict[str, Any]]
+#: Records the composed message (with whatever else changes with it).
+Record = Callable[[Txn, MailboxMessage], None]
+
+
+def respond(
+    store: RunStore,
+    task_id: str,
+    body: str,
+    *,
+    session: str,
+    force: bool = False,
+    idempotency_key: str | None = None,
+    contact_id: str | None = None,
+    epoch: int | None = None,
+    source: str | None = None,
+) -> Sent:
+    """Answer a waiting task's open question (or clear a flagged task): the task runs again.
+
+    `contact_id` pins the question being answered: if the worker has since asked another one,
+    the answer is refused instead of answering the wrong question.
+    """
+
+    def check(txn: Txn, task: Task, text: str) -> dict[str, Any]:
+        return _answers(task, text, contact_id)
+
+    def record(txn: Txn, message: MailboxMessage) -> None:
+        tasks.answer(txn, task_id, message)
+
+    return _send(
+        store,
+        RESPOND,
+        task_id,
+        body,
+        session=session,
+        force=force,
+        idempotency_key=idempotency_key,
+        data={MessageData.SOURCE: source} if source else None,
+        check=check,
+        record=record,
+        epoch=epoch,
+    )
+
+
+def steer(
+    store: RunStore,
+    task_id: str,
+    body: str,
+    *,
+    session: str,
+    force: bool = False,
+    idempotency_key: str | None = None,
+) -> Sent:
+    """Redirect a running or waiting task; delivered ahead of everything but answers."""
+    return _send(
+        store, STEER, task_id, body, session=session, force=force, idempotency_key=idempotency_key
+    )
+
+
+def follow_up(
+    store: RunStore,
+    task_id: str,
+    body: str,
+    *,
+    session: str,
+    force: bool = False,
+    idempotency_key: str | None = None,
+) -> Sent:
+    """Queue more work for a task; delivered when it is running and not waiting on a question."""
+    return _send(
+        store,
+        FOLLOW_UP,
+        task_id,
+        body,
+        session=session,
+        force=force,
+        idempotency_key=idempotency_key,
+    )
+
+
+def nudge(
+    store: RunStore,
+    task_id: str,
+    body: str | None = None,
+    *,
+    session: str,
+    force: bool = False,
+    idempotency_key: str | None = None,
+    source: MessageSource = MessageSource.NUDGE,
+    epoch: int | None = None,
+) -> Sent:
+    """Ask a task for a status report (default body: DEFAULT_NUDGE).
+
+    The stall monitor's nudges (`source` MONITOR) count in the task's `nudges`.
+    """
+
+    def counted(txn: Txn, message: MailboxMessage) -> None:
+        tasks.nudged(txn, task_id, message, f"nudge {task_id}: {short(message.body)}")
+
+    return _send(
+        store,
+        NUDGE,
+        task_id,
+        DEFAULT_NUDGE if body is None else body,
+        session=session,
+        force=force,
+        idempotency_key=idempotency_key,
+        data={MessageData.SOURCE: source.value},
+        record=counted if source is MessageSource.MONITOR else None,
+        epoch=epoch,
+    )
+
+
+def _send(
+    store: RunStore,
+    verb: Verb,
+    task_id: str,
+    body: str,
+    *,
+    session: str,
+    force: bool,
+    idempotency_key: str | None,
+    data: dict[str, Any] | None = None,
+    check: Check | None = None,
+    record: Record | None = None,
+    epoch: int | None = None,
+) -> Sent:
+    """The gate and the write that respond, steer, follow-up and nudge share.
+
+    `epoch` fences the write when the leader itself sends (automatic nudges and answers).
+    """
+    with domain.change(store, epoch=epoch) as txn:
+        task = txn.task(task_id)
+        overridden = gate.check_owner(txn.run, session, force)
+        if idempotency_key is not None:
+            prior = gate.replay(txn, idempotency_key, verb, task_id, body)
+            if prior is not None:
+                return Sent(
+                    txn.run.run_id, verb.noun, prior, replayed=True, leader=_leader(store, txn.run)
+                )
+        gate.check_live(txn.run)
+        gate.check_status(task, verb)
+        limits = txn.run.config.limits
+        gate.check_body(body, limits.max_body_bytes)
+        kept: dict[str, Any] = {MessageData.SESSION: session, **(data or {})}
+        if check is not None:
+            kept.update(check(txn, task, body))
+        if idempotency_key is not None:
+            kept[MessageData.IDEMPOTENCY_KEY] = idempotency_key
+        dropped = gate.make_room(txn, task_id, verb.kind)
+        if overridden is not None:
+            gate.record_override(txn, overridden, session, verb.name, task_id=task_id)
+        message = mailbox.compose(txn, verb.kind, task_id, body, kept)
+        if record is not None:
+            record(txn, message)
+        else:
+            mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}: {short(body)}")
+        waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
+        run = txn.run
+    return Sent(
+        run.run_id,
+        verb.noun,
+        message,
+        dropped=dropped,
+        pending=waiting,
+        warn_pending=limits.warn_pending,
+        max_pending=gate.limit_for(txn, verb.kind) or 0,
+        overridden=overridden,
+        leader=_leader(store, run),
+    )
+
+
+def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
+    """The question an answer closes (the data keys that name it), after checking the answer
+    fits it: the pinned question is still the open one, a selection is one of the options."""
+    contact = task.contact
+    if contact_id is not None and (contact is None or contact.id != contact_id):
+        current = f"its open question is {contact.id}" if contact else "it has no open question"
+        raise Refused(
+            f"Task {task.id} is not waiting on {contact_id}: {current}.",
+            hint="The question was answered or replaced; look at `crew status`.",
+        )
+    if contact is None:
+        return {}
+    selection = contact.type is ContactType.NEED_SELECTION and contact.options
+    if selection and text not in contact.options:
+        raise UsageError(
+            f"{text!r} is not one of the options of question {contact.id}: "
+            f"{', '.join(contact.options)}."
+        )
+    return {MessageData.CONTACT_ID: contact.id, MessageData.CONTACT_TYPE: contact.type.value}
+
+
+def cancel(
+    store: RunStore,
+    task_id: str | None = None,
+    *,
+    session: str,
+    force: bool = False,
+    grace: float = DEFAULT_GRACE,
+) -> Cancelled:
+    """Cancel one task or the whole run, reject what was pending for it, stop its workers."""
+    targets: list[tuple[str, int]] = []
+    with domain.change(store) as txn:
+        task = txn.task(task_id) if task_id is not None else None
+        overridden = gate.check_owner(txn.run, session, force)
+        result = Cancelled(txn.run.run_id, task_id, run_status=txn.run.status)
+        if txn.run.status.terminal:
+            result.already = f"run {txn.run.run_id} already ended ({txn.run.status})"
+            return result
+        if task is not None and task.status.terminal:
+            result.already = f"task {task.id} already ended ({task.status})"
+            return result
+        if overridden is not None:
+            gate.record_override(txn, overridden, session, "cancel", task_id=task_id)
+        reason = f"cancelled by {session}"
+        for each in [task] if task is not None else txn.state.task_list():
+            if each.status.terminal:
+                continue
+            if each.status in LIVE_TASK_STATUSES and each.pid is not None:
+                targets.append((each.id, each.pid))
+            tasks.cancel(txn, each.id, reason, message=f"task {each.id} {reason}")
+        if task is None:  # the whole run: it ends cancelled, not failed
+            mailbox.reject_undeliverable(txn, tasks.ended(txn))
+            runs.end(txn, RunStatus.CANCELLED)
+        domain.settle(txn)
+        result.tasks = [t.id for t in tasks.ended(txn)]
+        result.rejected = mailbox.rejected_in(txn)
+        result.overridden = overridden
+        result.run_status = txn.run.status
+    result.stopped = [stop_worker(pid, store.run_id, tid, grace=grace) for tid, pid in targets]
+    return result
+
+
+def handoff(store: RunStore, new_owner: str, *, session: str, force: bool = False) -> HandedOff:
+    """Transfer ownership of a run to another session (the owner, or anyone with --force)."""
+    ids.check_session(new_owner)
+    with domain.change(store) as txn:
+        overridden = gate.check_owner(txn.run, session, force)
+        gate.check_live(txn.run)
+        previous = txn.run.owner_session_id
+        if previous == new_owner:
+            return HandedOff(txn.run.run_id, previous, new_owner)
+        if overridden is not None:
+            gate.record_override(txn, overridden, session, "handoff")
+        runs.hand_over(txn, new_owner, by=session)
+        return HandedOff(txn.run.run_id, previous, new_owner, overridden)
+
+
+def _leader(store: RunStore, run: Run) -> LeaseState:
+    return read_lease(store.paths, stale_after=run.config.crew.leader_stale_after).state
