@@ -50,14 +50,21 @@ def _split_command(value: Any) -> Any:
     return shlex.split(value) if isinstance(value, str) else value
 
 
-class ConfigModel(BaseModel):
+class CamelModel(BaseModel):
+    """Base of every model of a file crew reads: camelCase in the file, snake_case in Python."""
+
     model_config = ConfigDict(
         alias_generator=to_camel,
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
-        extra="forbid",
     )
+
+
+class ConfigModel(CamelModel):
+    """Base of crew.toml's sections: an unknown key is an error (most likely a typo)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class CrewSection(ConfigModel):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from crew import clock
-from crew.errors import CrewError
+from crew.errors import CrewError, ExitCode
 from crew.models import Event, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
 from crew.registry import ContactType, TaskStatus
@@ -31,6 +31,8 @@ from crew.views import inbound_messages, pending_counts
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from crew.leader import LeadOptions
 
 TAIL_BYTES = 4096
 EVENTS_SHOWN = 6
@@ -275,6 +277,36 @@ class Dashboard:
         except CrewError as error:
             return f"Not sent: {error.message}"
         return f"Answered {task.id} ({sent.message.id})."
+
+
+def lead_with_view(store: RunStore, session: str, options: LeadOptions) -> ExitCode:
+    """Lead in a background thread while the terminal shows the run and takes answers."""
+    import threading
+
+    from crew.leader import become_leader, stop_on_signals
+
+    leader = become_leader(store, session=session, options=options)
+    codes: list[ExitCode] = []
+    finished_r, finished_w = os.pipe()
+
+    def lead_then_say_so() -> None:
+        try:
+            codes.append(leader.lead())
+        finally:
+            os.write(finished_w, b"!")
+
+    thread = threading.Thread(target=lead_then_say_so, name="leader")
+    thread.start()
+    dashboard = Dashboard(store, session=session, interactive=True)
+    try:
+        with stop_on_signals(leader.request_stop):
+            dashboard.run(done=lambda _view: not thread.is_alive(), wake_fd=finished_r)
+    except KeyboardInterrupt:
+        leader.request_stop("SIGINT")
+    thread.join()
+    os.close(finished_r)
+    os.close(finished_w)
+    return codes[0] if codes else ExitCode.FAILED
 
 
 def _read_key() -> str:

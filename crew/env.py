@@ -25,7 +25,8 @@ class Variable:
     """One environment variable: its name, who sets it, and what it does."""
 
     name: str
-    scope: Scope
+    #: Who sets it: you, the leader for each worker, or both (CREW_HOME).
+    scopes: frozenset[Scope]
     meaning: str
 
     def value(self) -> str | None:
@@ -42,41 +43,45 @@ class Variable:
 
 HOME = Variable(
     "CREW_HOME",
-    Scope.USER,
-    "the crew home (`.crew` folder) to use, instead of searching upwards from the current folder; "
-    "workers get their run's home",
+    frozenset({Scope.USER, Scope.LEADER}),
+    "the crew home (`.crew` folder) to use, instead of searching upwards from the current folder "
+    "(a worker gets its run's home, so its own `crew` commands reach its run)",
 )
 SESSION = Variable(
     "CREW_SESSION_ID",
-    Scope.USER,
+    frozenset({Scope.USER}),
     "who is acting (default `<user>@<host>`); runs are owned by the session that started them",
 )
 FSYNC = Variable(
     "CREW_FSYNC",
-    Scope.USER,
+    frozenset({Scope.USER}),
     "`0` stops fsyncing appends and snapshots (throw-away runs, benchmarks)",
 )
 LOCK_TIMEOUT = Variable(
     "CREW_LOCK_TIMEOUT",
-    Scope.USER,
+    frozenset({Scope.USER}),
     "seconds to wait for a run's lock before giving up with exit 3 (default 10)",
 )
 FORCE_POLLING = Variable(
     "CREW_FORCE_POLLING",
-    Scope.USER,
+    frozenset({Scope.USER}),
     "`1` watches files by polling their status, for filesystems without file events",
 )
-DEBUG = Variable("CREW_DEBUG", Scope.USER, "`1` prints tracebacks")
+DEBUG = Variable("CREW_DEBUG", frozenset({Scope.USER}), "`1` prints tracebacks")
 FAULT = Variable(
     "CREW_FAULT",
-    Scope.USER,
+    frozenset({Scope.USER}),
     "crash tests only: kill the process at a named write (see crew/faults.py)",
 )
-RUN_ID = Variable("CREW_RUN_ID", Scope.LEADER, "the run the worker belongs to")
-TASK_ID = Variable("CREW_TASK_ID", Scope.LEADER, "the task the worker runs")
-ATTEMPT = Variable("CREW_ATTEMPT", Scope.LEADER, "which attempt of the task this is (1, 2, …)")
-STATE_DIR = Variable("CREW_STATE_DIR", Scope.LEADER, "the run's folder (`state/runs/<runId>`)")
-PROTOCOL = Variable("CREW_PROTOCOL", Scope.LEADER, "the worker protocol version: `1`")
+RUN_ID = Variable("CREW_RUN_ID", frozenset({Scope.LEADER}), "the run the worker belongs to")
+TASK_ID = Variable("CREW_TASK_ID", frozenset({Scope.LEADER}), "the task the worker runs")
+ATTEMPT = Variable(
+    "CREW_ATTEMPT", frozenset({Scope.LEADER}), "which attempt of the task this is (1, 2, …)"
+)
+STATE_DIR = Variable(
+    "CREW_STATE_DIR", frozenset({Scope.LEADER}), "the run's folder (`state/runs/<runId>`)"
+)
+PROTOCOL = Variable("CREW_PROTOCOL", frozenset({Scope.LEADER}), "the worker protocol version: `1`")
 
 VARIABLES: tuple[Variable, ...] = (
     HOME,

@@ -58,9 +58,17 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
 
 
 class CrewError(Exception):
-    """Base of every error crew reports to a user: one sentence, an optional hint, an exit code."""
+    """Base of every error crew reports to a user: one sentence, an optional hint, an exit code.
+
+    A subclass names its exit code in its bases: `class NotFound(CrewError, exit_code=…)`.
+    """
 
     exit_code: ExitCode = ExitCode.FAILED
+
+    def __init_subclass__(cls, *, exit_code: ExitCode | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -71,46 +79,32 @@ class CrewError(Exception):
         return self.message
 
 
-class UsageError(CrewError):
+class UsageError(CrewError, exit_code=ExitCode.USAGE):
     """Bad input: an invalid id, a malformed body, an invalid crew.toml."""
 
-    exit_code = ExitCode.USAGE
 
-
-class NotFound(CrewError):
+class NotFound(CrewError, exit_code=ExitCode.NOT_FOUND):
     """A run, task or message that does not exist."""
 
-    exit_code = ExitCode.NOT_FOUND
 
-
-class Refused(CrewError):
+class Refused(CrewError, exit_code=ExitCode.REFUSED):
     """The operation conflicts with the current state; nothing was written."""
 
-    exit_code = ExitCode.REFUSED
 
-
-class CrewTimeout(CrewError):
+class CrewTimeout(CrewError, exit_code=ExitCode.TIMEOUT):
     """A wait, a lock or a run exceeded its time bound."""
 
-    exit_code = ExitCode.TIMEOUT
 
-
-class Corrupt(CrewError):
+class Corrupt(CrewError, exit_code=ExitCode.FAILED):
     """A state file cannot be read; `crew doctor --repair` can fix it."""
 
-    exit_code = ExitCode.FAILED
 
-
-class StoreError(CrewError):
+class StoreError(CrewError, exit_code=ExitCode.FAILED):
     """A write to the state directory failed (disk full, permissions); nothing was recorded."""
 
-    exit_code = ExitCode.FAILED
 
-
-class StaleLeader(CrewError):
+class StaleLeader(CrewError, exit_code=ExitCode.REFUSED):
     """A leader found a newer epoch in the manifest: it was taken over and must stop."""
-
-    exit_code = ExitCode.REFUSED
 
 
 def error_for(code: int, message: str) -> CrewError:

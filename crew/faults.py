@@ -5,7 +5,8 @@ first) it passes `<point>`. Points are named after what was just done:
 
     append:<file>     after a JSONL append reached the file (events.jsonl, inbox.jsonl, …)
     tear:<file>       in the middle of an append: half the bytes written, then death
-    replace:<file>    after an atomic snapshot replace (tasks.json, manifest.json, applied, …)
+    replace:<file>    after an atomic snapshot replace (tasks.json, manifest.json, leader.json, …)
+    write:<file>      after a file is overwritten in place (applied, the store's marker)
     deliver           after the leader wrote messages to a worker's stdin, before recording it
     enospc:<file>     not a crash: the append fails as if the disk were full
 

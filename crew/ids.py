@@ -7,6 +7,7 @@ import secrets
 from datetime import UTC, datetime
 
 from crew.errors import UsageError
+from crew.text import clip
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
@@ -83,4 +84,4 @@ def check_session(value: str) -> str:
 
 def _shown(value: str) -> str:
     """An id quoted for an error message, cut short so a huge argument cannot flood the terminal."""
-    return repr(value if len(value) <= MAX_ID_LENGTH + 8 else value[:MAX_ID_LENGTH] + "…")
+    return repr(value if len(value) <= MAX_ID_LENGTH + 8 else clip(value, MAX_ID_LENGTH + 1))

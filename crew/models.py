@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from crew.clock import TIMESTAMP_PATTERN
-from crew.config import CrewConfig
+from crew.config import CamelModel, CrewConfig
 from crew.ids import RUN_ID_PATTERN, TASK_ID_PATTERN
 from crew.registry import (
     ContactType,
@@ -36,16 +35,10 @@ RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 Party = Annotated[str, Field(pattern=r"^(leader|[a-z0-9][a-z0-9_.-]{0,63})$")]
 
 
-class StateModel(BaseModel):
-    """Base of the state-file models: camelCase on disk, snake_case in Python."""
+class StateModel(CamelModel):
+    """Base of the state-file models: keys a newer crew added are ignored, not refused."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-    )
+    model_config = ConfigDict(extra="ignore")
 
     def to_line(self) -> bytes:
         """One compact JSON line ending in `\\n`; keys in schema order, no empty optionals."""

@@ -8,12 +8,21 @@ one line per item. rich is imported only when a table is drawn.
 from __future__ import annotations
 
 import json as jsonlib
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
-from crew.registry import DecisionAction, EventType, MessageStatus, RunStatus, TaskStatus
+from crew.errors import CrewError
+from crew.registry import (
+    DecisionAction,
+    Direction,
+    EventType,
+    MessageStatus,
+    RunStatus,
+    TaskStatus,
+)
 from crew.results import (
     Cancelled,
     Detached,
@@ -62,7 +71,28 @@ def emit(result: Result, *, json: bool) -> int:
         print_json(result.to_json(), compact=result.json_line)
     else:
         _TEXT_VIEWS[type(result)](result)
+    failure = result.failure()
+    if failure is not None:
+        error(failure)
     return result.exit_code
+
+
+def error(failure: CrewError) -> int:
+    """A CrewError as one sentence (plus its hint) on stderr; returns its exit code."""
+    sys.stderr.write(f"crew: error: {failure.message}\n")
+    if failure.hint:
+        sys.stderr.write(f"{failure.hint}\n")
+    return int(failure.exit_code)
+
+
+def silence_stdout() -> None:
+    """The reader of stdout went away (`crew events | head`): send what is left nowhere, so
+    the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 def print_json(data: Any, *, compact: bool = False) -> None:
@@ -198,7 +228,11 @@ def _runs(result: RunList) -> None:
             _ago(run.created_at),
             _esc(run.owner_session_id),
         )
-    console().print(table)
+    out = console()
+    out.print(table)
+    for summary in result.runs:
+        if summary.run is not None and summary.problem:
+            out.print(f"[yellow]![/] {summary.run_id}: {_esc(summary.problem)}")
 
 
 def _status(report: StatusReport) -> None:
@@ -265,7 +299,7 @@ def _timeline(result: Timeline) -> None:
         if message.task_id != current:
             current = message.task_id
             out.print(f"\n[bold]{current}[/]")
-        arrow = "→" if message.direction == "inbox" else "←"
+        arrow = "→" if message.direction is Direction.INBOX else "←"
         out.print(
             f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
             f"{_esc(short(message.body, 70))!r}"
@@ -348,7 +382,7 @@ def _initialized(result: Initialized) -> None:
 
 
 def _schema(result: SchemaDoc) -> None:
-    print_json(result.document)
+    print_json(result.document)  # a schema is JSON, whatever the flag says
 
 
 # ----------------------------------------------------------------------------- leading

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from crew.domain.lease import Lease, LeaseState
-from crew.errors import ExitCode
+from crew.errors import CrewError, ExitCode
 from crew.models import MailboxMessage, Run, Task
 from crew.procs import Stopped
 from crew.registry import Box, MessageStatus, RunStatus
@@ -37,9 +37,14 @@ class Result:
         """Printed on stderr as `crew: …`: what was done beyond the result itself."""
         return []
 
+    def failure(self) -> CrewError | None:
+        """What went wrong after the result was made (printed as `crew: error: …` last)."""
+        return None
+
     @property
     def exit_code(self) -> int:
-        return 0
+        failure = self.failure()
+        return int(failure.exit_code) if failure is not None else 0
 
 
 def _overridden_note(owner: str | None) -> list[str]:
@@ -72,6 +77,11 @@ class Sent(Result):
     leader: LeaseState = LeaseState.ABSENT
     #: The status the command waited for (--wait, --wait-ack), if it did.
     waited_for: str | None = None
+    #: Why the wait ended without it: a timeout (the message stays queued), or a rejection.
+    wait_failed: CrewError | None = None
+
+    def failure(self) -> CrewError | None:
+        return self.wait_failed
 
     @property
     def over_warning(self) -> bool:
@@ -113,6 +123,8 @@ class Sent(Result):
             data["overridden"] = self.overridden
         if self.waited_for:
             data["waitedFor"] = self.waited_for
+        if self.wait_failed is not None:
+            data["error"] = self.wait_failed.message
         return data
 
 
@@ -358,7 +370,7 @@ class Initialized(Result):
         return [] if self.created else [f"{self.home} already exists; left it untouched."]
 
     def to_json(self) -> dict[str, Any]:
-        return {"home": str(self.home), "created": self.created}
+        return {"home": str(self.home), "config": str(self.config_file), "created": self.created}
 
 
 @dataclass

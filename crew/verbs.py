@@ -10,7 +10,7 @@ the leader, when one runs, delivers what they wrote.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from crew import domain, ids
 from crew.domain import gate, mailbox, runs, tasks
@@ -39,17 +39,26 @@ Check = Callable[[Txn, Task, str], dict[str, Any]]
 Record = Callable[[Txn, MailboxMessage], None]
 
 
+class Sender(TypedDict, total=False):
+    """Who sends, and how: what every sending verb takes besides the task and the body."""
+
+    session: Required[str]
+    #: Act on a run another session owns (recorded as ownership.overridden).
+    force: bool
+    #: Send at most once per key in the run: a retry returns the first message.
+    idempotency_key: str | None
+    #: The leader's epoch when the leader itself sends: a leader taken over writes nothing.
+    epoch: int | None
+
+
 def respond(
     store: RunStore,
     task_id: str,
     body: str,
     *,
-    session: str,
-    force: bool = False,
-    idempotency_key: str | None = None,
     contact_id: str | None = None,
-    epoch: int | None = None,
     source: str | None = None,
+    **sender: Unpack[Sender],
 ) -> Sent:
     """Answer a waiting task's open question (or clear a flagged task): the task runs again.
 
@@ -63,55 +72,18 @@ def respond(
     def record(txn: Txn, message: MailboxMessage) -> None:
         tasks.answer(txn, task_id, message)
 
-    return _send(
-        store,
-        RESPOND,
-        task_id,
-        body,
-        session=session,
-        force=force,
-        idempotency_key=idempotency_key,
-        data={MessageData.SOURCE: source} if source else None,
-        check=check,
-        record=record,
-        epoch=epoch,
-    )
+    data: dict[str, Any] | None = {MessageData.SOURCE: source} if source else None
+    return _send(store, RESPOND, task_id, body, sender, data=data, check=check, record=record)
 
 
-def steer(
-    store: RunStore,
-    task_id: str,
-    body: str,
-    *,
-    session: str,
-    force: bool = False,
-    idempotency_key: str | None = None,
-) -> Sent:
+def steer(store: RunStore, task_id: str, body: str, **sender: Unpack[Sender]) -> Sent:
     """Redirect a running or waiting task; delivered ahead of everything but answers."""
-    return _send(
-        store, STEER, task_id, body, session=session, force=force, idempotency_key=idempotency_key
-    )
+    return _send(store, STEER, task_id, body, sender)
 
 
-def follow_up(
-    store: RunStore,
-    task_id: str,
-    body: str,
-    *,
-    session: str,
-    force: bool = False,
-    idempotency_key: str | None = None,
-) -> Sent:
+def follow_up(store: RunStore, task_id: str, body: str, **sender: Unpack[Sender]) -> Sent:
     """Queue more work for a task; delivered when it is running and not waiting on a question."""
-    return _send(
-        store,
-        FOLLOW_UP,
-        task_id,
-        body,
-        session=session,
-        force=force,
-        idempotency_key=idempotency_key,
-    )
+    return _send(store, FOLLOW_UP, task_id, body, sender)
 
 
 def nudge(
@@ -119,11 +91,8 @@ def nudge(
     task_id: str,
     body: str | None = None,
     *,
-    session: str,
-    force: bool = False,
-    idempotency_key: str | None = None,
     source: MessageSource = MessageSource.NUDGE,
-    epoch: int | None = None,
+    **sender: Unpack[Sender],
 ) -> Sent:
     """Ask a task for a status report (default body: DEFAULT_NUDGE).
 
@@ -133,18 +102,10 @@ def nudge(
     def counted(txn: Txn, message: MailboxMessage) -> None:
         tasks.nudged(txn, task_id, message, f"nudge {task_id}: {short(message.body)}")
 
-    return _send(
-        store,
-        NUDGE,
-        task_id,
-        DEFAULT_NUDGE if body is None else body,
-        session=session,
-        force=force,
-        idempotency_key=idempotency_key,
-        data={MessageData.SOURCE: source.value},
-        record=counted if source is MessageSource.MONITOR else None,
-        epoch=epoch,
-    )
+    text = DEFAULT_NUDGE if body is None else body
+    data: dict[str, Any] = {MessageData.SOURCE: source.value}
+    record = counted if source is MessageSource.MONITOR else None
+    return _send(store, NUDGE, task_id, text, sender, data=data, record=record)
 
 
 def _send(
@@ -152,27 +113,29 @@ def _send(
     verb: Verb,
     task_id: str,
     body: str,
+    sender: Sender,
     *,
-    session: str,
-    force: bool,
-    idempotency_key: str | None,
     data: dict[str, Any] | None = None,
     check: Check | None = None,
     record: Record | None = None,
-    epoch: int | None = None,
 ) -> Sent:
-    """The gate and the write that respond, steer, follow-up and nudge share.
-
-    `epoch` fences the write when the leader itself sends (automatic nudges and answers).
-    """
-    with domain.change(store, epoch=epoch) as txn:
+    """The gate and the write that respond, steer, follow-up and nudge share."""
+    session, force = sender["session"], sender.get("force", False)
+    idempotency_key = sender.get("idempotency_key")
+    with domain.change(store, epoch=sender.get("epoch")) as txn:
         task = txn.task(task_id)
         overridden = gate.check_owner(txn.run, session, force)
         if idempotency_key is not None:
             prior = gate.replay(txn, idempotency_key, verb, task_id, body)
             if prior is not None:
+                waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
                 return Sent(
-                    txn.run.run_id, verb.noun, prior, replayed=True, leader=_leader(store, txn.run)
+                    txn.run.run_id,
+                    verb.noun,
+                    prior,
+                    replayed=True,
+                    pending=waiting,
+                    leader=_leader(store, txn.run),
                 )
         gate.check_live(txn.run)
         gate.check_status(task, verb)

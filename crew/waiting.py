@@ -58,8 +58,18 @@ def wait_for_message(
 def wait_for_sent(
     store: RunStore, sent: Sent, *, until: MessageStatus, timeout: float | None = None
 ) -> Sent:
-    """`sent`, once its message is delivered (or acknowledged): see `wait_for_message`."""
-    message = wait_for_message(store, sent.message, until=until, timeout=timeout)
+    """`sent`, once its message is delivered (or acknowledged): see `wait_for_message`.
+
+    A wait that times out, or a message rejected meanwhile, is part of the result
+    (`wait_failed`, with the message as it is now), so the caller still learns what was sent.
+    """
+    try:
+        message = wait_for_message(store, sent.message, until=until, timeout=timeout)
+    except (CrewTimeout, Refused) as failed:
+        message = store.fold(sent.message.kind.box).get(sent.message.id, sent.message)
+        return dataclasses.replace(
+            sent, message=message, waited_for=until.value, wait_failed=failed
+        )
     return dataclasses.replace(sent, message=message, waited_for=until.value)
 
 

@@ -70,7 +70,7 @@ class Message:
     id: str
     kind: MessageKind
     body: str
-    priority: str = "normal"
+    priority: str = Priority.NORMAL
     data: dict[str, Any] = field(default_factory=dict)
     #: Ids of messages merged into this one (it stands for all of them).
     merged: list[str] = field(default_factory=list)
@@ -155,7 +155,7 @@ class Worker:
 
     # ------------------------------------------------------------------ talking to the leader
 
-    def report(self, text: str, kind: str = "progress") -> None:
+    def report(self, text: str, kind: str = ContactType.PROGRESS) -> None:
         """A non-blocking `progress`, `status` or `note` line."""
         if ContactType(kind) not in REPORT_CONTACTS:
             raise ValueError(f"report kind must be progress, status or note, not {kind!r}")
@@ -164,7 +164,7 @@ class Worker:
     def ask(
         self,
         prompt: str,
-        kind: str = "need_input",
+        kind: str = ContactType.NEED_INPUT,
         options: list[str] | None = None,
         timeout: float | None = None,
     ) -> str:
@@ -309,7 +309,7 @@ class Worker:
             else:
                 status = "idle, waiting for work"
             self._ack(nudge)
-            self.report(status, kind="status")
+            self.report(status, kind=ContactType.STATUS)
             decisions.append(
                 Decision(DecisionAction.CONTINUE, nudge, "nudge answered with a status report")
             )
@@ -436,6 +436,6 @@ def _parse_frame(line: bytes) -> Message | None:
         id=str(frame.get("id", "")),
         kind=kind,
         body=str(frame.get("body", "")),
-        priority=str(frame.get("priority", "normal")),
+        priority=str(frame.get("priority", Priority.NORMAL)),
         data=data if isinstance(data, dict) else {},
     )

@@ -57,7 +57,8 @@ def test_init_without_a_folder_uses_crew_home(
 def test_init_json(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CREW_HOME")
     result = json.loads(cli("init", "--json").out)
-    assert result == {"home": str(tmp_path / ".crew"), "created": False}
+    home = tmp_path / ".crew"
+    assert result == {"home": str(home), "config": str(home / "crew.toml"), "created": False}
 
 
 def test_schema_prints_every_format_or_one(cli: Cli) -> None:

@@ -249,6 +249,25 @@ def test_wait_gives_up_after_the_timeout_and_the_message_stays_queued(
     assert message.status is MessageStatus.PENDING
 
 
+def test_a_wait_that_times_out_still_says_what_was_sent(cli: Cli, make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+
+    result = cli("steer", "latest", "plan", "go", "--wait", "--timeout", "100ms", "--json")
+
+    assert result.code == 3
+    (message,) = store.messages(Box.STEERING)
+    sent = json.loads(result.out)
+    assert sent["id"] == message.id and sent["status"] == "pending"
+    assert sent["waitedFor"] == "delivered"
+    assert sent["error"].startswith(f"Message {message.id} to plan is still pending after 100ms")
+    assert result.err == f"crew: error: {sent['error']}\n"
+    text = cli("steer", "latest", "plan", "again", "--wait", "--timeout", "100ms")
+    assert text.code == 3
+    assert text.out.splitlines()[0].startswith("Sent steer msg_")
+    assert text.out.splitlines()[-1].endswith(" pending.")
+
+
 def test_wait_reports_a_message_rejected_meanwhile(cli: Cli, make_run: MakeRun) -> None:
     store = make_run()
     start(store)

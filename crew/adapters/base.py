@@ -8,12 +8,11 @@ worker's stdin, and signals for the leader (a question, a report, the end of a t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from crew.models import MailboxMessage, Task
-from crew.protocol import Parsed
+from crew.protocol import Contact, Parsed
 
 
 @dataclass(frozen=True)
@@ -82,24 +81,50 @@ class Adapter(Protocol):
         """Stop what the agent is doing (before the task's worker is stopped)."""
 
 
-#: Answers that approve a yes/no question put to an agent's supervisor; anything else declines.
-YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
+class Question(Protocol):
+    """An agent's question as an adapter keeps it: the agent's own id for it, and the contact
+    the supervisor is asked."""
+
+    @property
+    def id(self) -> Any: ...
+
+    @property
+    def contact(self) -> Contact: ...
 
 
-def confirms(answer: str) -> bool:
-    """Whether an answer to a yes/no question says yes (only an explicit yes does)."""
-    return answer.strip().lower() in YES
+Q = TypeVar("Q", bound=Question)
 
 
-def json_object(line: str) -> dict[str, Any] | None:
-    """A line an agent printed, if it is a JSON object (anything else is plain output)."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+class Questions(Generic[Q]):
+    """An agent's open questions, put to the supervisor one at a time, in the order asked: one
+    that arrives while another is open is asked once that one is answered (or withdrawn)."""
 
+    def __init__(self) -> None:
+        self._queue: list[Q] = []
 
-def json_line(payload: dict[str, Any]) -> bytes:
-    """One compact JSON line: what every JSON-lines agent protocol reads."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    def __bool__(self) -> bool:
+        return bool(self._queue)
+
+    def ask(self, question: Q) -> Reaction:
+        """The agent asks: the contact now, or once the open question is settled."""
+        self._queue.append(question)
+        return Reaction(signals=[question.contact] if len(self._queue) == 1 else [])
+
+    def answered(self) -> tuple[Q, Reaction]:
+        """The open question, which an answer settles; the reaction asks the next one."""
+        question = self._queue.pop(0)
+        return question, self._next()
+
+    def withdraw(self, ident: Any, reason: str) -> Reaction | None:
+        """The agent took back the question `ident`: the next one is asked, or the task no
+        longer waits (Withdrawn). None when the question is not held (it was answered)."""
+        index = next((i for i, q in enumerate(self._queue) if q.id == ident), None)
+        if index is None:
+            return None
+        del self._queue[index]
+        if index > 0:
+            return Reaction()  # never asked
+        return self._next() if self._queue else Reaction(signals=[Withdrawn(reason)])
+
+    def _next(self) -> Reaction:
+        return Reaction(signals=[self._queue[0].contact] if self._queue else [])

@@ -31,19 +31,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import (
-    AgentError,
-    Reaction,
-    TurnEnd,
-    Withdrawn,
-    confirms,
-    json_line,
-    json_object,
-)
+from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd, Withdrawn
+from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
+from crew.text import clip
 
 #: The tool through which claude asks the user questions.
 ASK_TOOL = "AskUserQuestion"
@@ -79,7 +73,7 @@ class ClaudeCodeAdapter:
     #: claude emits session state events: `idle`, not `result`, ends a turn.
     _states: bool = False
     _interrupts: int = 0
-    _requests: list[_Request] = field(default_factory=list)
+    _requests: Questions[_Request] = field(default_factory=Questions)
     #: claude withdrew the question the leader still shows: its answer goes nowhere.
     _withdrawn: bool = False
     _error: str | None = None
@@ -125,7 +119,7 @@ class ClaudeCodeAdapter:
         return json_line(message)
 
     def _answer(self, body: str) -> Reaction:
-        request = self._requests.pop(0)
+        request, reaction = self._requests.answered()
         if request.tool == ASK_TOOL:
             answers = _answers(request.input.get("questions"), body)
             response = _allow({**request.input, "answers": answers})
@@ -133,9 +127,7 @@ class ClaudeCodeAdapter:
             response = _allow(request.input)
         else:
             response = _deny(f"Denied by the crew supervisor: {body}")
-        reaction = Reaction(write=_response(request.id, response))
-        if self._requests:  # the next question waited for this one
-            reaction.signals.append(self._requests[0].contact)
+        reaction.write = _response(request.id, response)
         return reaction
 
     def _drop(self) -> Reaction:
@@ -208,11 +200,10 @@ class ClaudeCodeAdapter:
             contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?")
         else:
             return self._approve(request_id, request)
-        self._requests.append(_Request(request_id, tool, tool_input, contact))
-        if len(self._requests) > 1:
-            return Reaction()  # asked once the open question is answered
-        self._withdrawn = False
-        return Reaction(signals=[contact])
+        reaction = self._requests.ask(_Request(request_id, tool, tool_input, contact))
+        if reaction.signals:
+            self._withdrawn = False
+        return reaction
 
     def _approve(self, request_id: str, request: dict[str, Any]) -> Reaction:
         """`approvals` allow or deny: answer at once, and say so in the event log."""
@@ -226,16 +217,12 @@ class ClaudeCodeAdapter:
         return Reaction(write=_response(request_id, response), signals=[note])
 
     def _withdraw(self, request_id: str) -> Reaction:
-        index = next((i for i, r in enumerate(self._requests) if r.id == request_id), None)
-        if index is None:
+        reaction = self._requests.withdraw(request_id, "claude withdrew it")
+        if reaction is None:
             return Reaction()
-        del self._requests[index]
-        if index > 0:
-            return Reaction()  # never asked
-        if self._requests:  # the next question replaces the withdrawn one
-            return Reaction(signals=[self._requests[0].contact])
-        self._withdrawn = True
-        return Reaction(signals=[Withdrawn("claude withdrew it")])
+        if any(isinstance(s, Withdrawn) for s in reaction.signals):
+            self._withdrawn = True  # an answer that crosses the withdrawal goes nowhere
+        return reaction
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -303,8 +290,7 @@ def _action(request: dict[str, Any]) -> str:
     )
     text = " — ".join(dict.fromkeys(str(d) for d in details if d))
     if not text:
-        text = json.dumps(tool_input, ensure_ascii=False)
-        text = text if len(text) <= 300 else text[:299] + "…"
+        text = clip(json.dumps(tool_input, ensure_ascii=False), 300)
     return f"{tool}: {text}"
 
 

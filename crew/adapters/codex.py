@@ -36,15 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew import __version__
-from crew.adapters.base import (
-    AgentError,
-    Reaction,
-    TurnEnd,
-    Withdrawn,
-    confirms,
-    json_line,
-    json_object,
-)
+from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd
+from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -91,7 +84,7 @@ class CodexAdapter:
     _count: int = 0
     _calls: dict[int, _Call] = field(default_factory=dict)
     _queued: list[str] = field(default_factory=list)
-    _questions: list[_Question] = field(default_factory=list)
+    _questions: Questions[_Question] = field(default_factory=Questions)
     #: The files of each `fileChange` item under way, by item id.
     _changes: dict[str, list[Any]] = field(default_factory=dict)
     #: The ids of the turns that have completed (a late turn/start response may name one).
@@ -150,10 +143,8 @@ class CodexAdapter:
         return json_line({"id": self._count, "method": method, "params": params})
 
     def _answer(self, body: str) -> Reaction:
-        question = self._questions.pop(0)
-        reaction = Reaction(write=json_line({"id": question.id, "result": question.reply(body)}))
-        if self._questions:  # the next question waited for this one
-            reaction.signals.append(self._questions[0].contact)
+        question, reaction = self._questions.answered()
+        reaction.write = json_line({"id": question.id, "result": question.reply(body)})
         return reaction
 
     # ------------------------------------------------------------------ from codex
@@ -269,7 +260,7 @@ class CodexAdapter:
 
     def _request(self, ident: Any, method: str, params: dict[str, Any]) -> Reaction:
         if method == "item/tool/requestUserInput":
-            return self._ask(_user_input(ident, params))
+            return self._questions.ask(_user_input(ident, params))
         approval = _approval(method, params, self._changes)
         if approval is None:
             error = {"code": _METHOD_NOT_FOUND, "message": f"crew cannot answer {method}"}
@@ -280,7 +271,9 @@ class CodexAdapter:
         prompt, decide = approval
         if self.agent.approvals is Approvals.ASK:
             contact = Contact(ContactType.NEED_CONFIRMATION, prompt)
-            return self._ask(_Question(ident, contact, lambda body: decide(confirms(body))))
+            return self._questions.ask(
+                _Question(ident, contact, lambda body: decide(confirms(body)))
+            )
         allowed = self.agent.approvals is Approvals.ALLOW
         verdict = "accepted" if allowed else "declined"
         note = f"codex: {verdict} (approvals = {self.agent.approvals}): {prompt}"
@@ -289,23 +282,10 @@ class CodexAdapter:
             signals=[Report(ContactType.NOTE, note)],
         )
 
-    def _ask(self, question: _Question) -> Reaction:
-        self._questions.append(question)
-        if len(self._questions) > 1:
-            return Reaction()  # asked once the open question is answered
-        return Reaction(signals=[question.contact])
-
     def _withdrawn(self, ident: Any) -> Reaction:
         """A request was resolved: one we still hold was settled elsewhere, or withdrawn."""
-        index = next((i for i, q in enumerate(self._questions) if q.id == ident), None)
-        if index is None:
-            return Reaction()  # ours was answered
-        del self._questions[index]
-        if index > 0:
-            return Reaction()  # never asked
-        if self._questions:  # the next question waited for this one
-            return Reaction(signals=[self._questions[0].contact])
-        return Reaction(signals=[Withdrawn("codex no longer needs the answer")])
+        reaction = self._questions.withdraw(ident, "codex no longer needs the answer")
+        return reaction or Reaction()  # None: ours was answered
 
 
 # ---------------------------------------------------------------------- questions

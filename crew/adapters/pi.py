@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import AgentError, Reaction, TurnEnd, confirms, json_line, json_object
+from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd
+from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -46,7 +47,7 @@ class PiAdapter:
     environment: dict[str, str] = field(default_factory=dict)
     busy: bool = False
     _count: int = 0
-    _dialogs: list[_Dialog] = field(default_factory=list)
+    _dialogs: Questions[_Dialog] = field(default_factory=Questions)
     _error: str | None = None
 
     # ------------------------------------------------------------------ to pi
@@ -76,15 +77,12 @@ class PiAdapter:
         return json_line({"id": f"crew-{self._count}", "type": kind, **fields})
 
     def _answer(self, body: str) -> Reaction:
-        dialog = self._dialogs.pop(0)
+        dialog, reaction = self._dialogs.answered()
         if dialog.method == "confirm":
             reply: dict[str, Any] = {"confirmed": confirms(body)}
         else:
             reply = {"value": body}
-        answer = {"type": "extension_ui_response", "id": dialog.id, **reply}
-        reaction = Reaction(write=json_line(answer))
-        if self._dialogs:  # the next question waited for this one
-            reaction.signals.append(self._dialogs[0].contact)
+        reaction.write = json_line({"type": "extension_ui_response", "id": dialog.id, **reply})
         return reaction
 
     # ------------------------------------------------------------------ from pi
@@ -138,7 +136,4 @@ class PiAdapter:
         options = [str(o) for o in event.get("options") or []] if method == "select" else []
         contact = Contact(kind if options or method != "select" else ContactType.NEED_INPUT,
                           prompt, options)  # fmt: skip
-        self._dialogs.append(_Dialog(str(event.get("id")), method, contact))
-        if len(self._dialogs) > 1:
-            return Reaction()  # asked once the open question is answered
-        return Reaction(signals=[contact])
+        return self._dialogs.ask(_Dialog(str(event.get("id")), method, contact))

@@ -58,9 +58,12 @@ def schema(
             show_default=False,
         ),
     ] = None,
+    json: Annotated[
+        bool, typer.Option("--json", help="Accepted for uniformity: a schema is always JSON.")
+    ] = False,
 ) -> int:
     """Print the JSON Schema of a file format, generated from the models."""
     from crew.render import emit
     from crew.schemas import schema_doc
 
-    return emit(schema_doc(name), json=True)
+    return emit(schema_doc(name), json=json)

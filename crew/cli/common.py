@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Protocol, cast
@@ -14,6 +13,7 @@ from crew.errors import CrewError, ExitCode
 
 if TYPE_CHECKING:
     from crew.paths import Home
+    from crew.store.runstore import RunStore
 
 HomeOption = Annotated[
     Path | None,
@@ -54,6 +54,13 @@ def home_from(option: Path | None) -> Home:
     return find_home(explicit=option)
 
 
+def open_run(run: str, home: Path | None) -> RunStore:
+    """The run named on the command line (`latest`, an id or a unique prefix) in the home."""
+    from crew.store.runstore import RunStore
+
+    return RunStore.open(home_from(home), run)
+
+
 def duration(text: str | None, option: str) -> float | None:
     """A duration option (`30s`, `5m`, …) in seconds; a usage error names the option."""
     if text is None:
@@ -67,14 +74,6 @@ def duration(text: str | None, option: str) -> float | None:
         raise UsageError(f"{option}: {exc}.") from None
 
 
-def report_error(error: CrewError) -> int:
-    """Print a CrewError as one sentence (plus its hint) on stderr; return its exit code."""
-    sys.stderr.write(f"crew: error: {error.message}\n")
-    if error.hint:
-        sys.stderr.write(f"{error.hint}\n")
-    return int(error.exit_code)
-
-
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the typer app; map CrewError to its exit code, hide tracebacks unless CREW_DEBUG=1."""
     debug = env.DEBUG.enabled()
@@ -84,13 +83,17 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     except CrewError as error:
         if debug:
             raise
-        return report_error(error)
+        from crew.render import error as report
+
+        return report(error)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("crew: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (`crew events | head`): not an error worth a traceback.
-        _silence_stdout()
+        from crew.render import silence_stdout
+
+        silence_stdout()
         return int(ExitCode.OK)
     except Exception as error:
         usage = _as_usage_error(error)
@@ -124,11 +127,3 @@ def _as_usage_error(error: Exception) -> _ParserError | None:
     ):
         return cast(_ParserError, error)
     return None
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
-        pass

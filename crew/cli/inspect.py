@@ -13,6 +13,7 @@ from crew.cli.common import (
     RunArgument,
     SessionOption,
     home_from,
+    open_run,
 )
 from crew.registry import Box, MessageStatus, RunStatus
 
@@ -38,10 +39,9 @@ def status(
 ) -> int:
     """Show a run: its tasks, open questions, pending messages and warnings."""
     from crew.render import emit
-    from crew.store.runstore import RunStore
     from crew.views import run_status
 
-    return emit(run_status(RunStore.open(home_from(home), run)), json=json)
+    return emit(run_status(open_run(run, home)), json=json)
 
 
 def mailbox(
@@ -59,12 +59,11 @@ def mailbox(
     """Show the mailbox as a timeline per task: each message and what became of it."""
     from crew.ids import check_task_id
     from crew.render import emit
-    from crew.store.runstore import RunStore
     from crew.views import mailbox_view
 
     if task is not None:
         check_task_id(task)
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     return emit(mailbox_view(store, task=task, box=box, status=status), json=json)
 
 
@@ -88,14 +87,13 @@ def events(
     """Print the event log (JSON lines with --json)."""
     from crew.ids import check_task_id
     from crew.render import show_events, warn
-    from crew.store.runstore import RunStore
     from crew.streams import follow_events
     from crew.views import event_filter
 
     if task is not None:
         check_task_id(task)
     matches = event_filter(type_, task)
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     for event, bad in follow_events(store, follow=follow):
         if bad is not None:
             warn(f"skipped {bad.describe()}")
@@ -116,14 +114,13 @@ def watch(
     from crew.dashboard import Dashboard
     from crew.errors import UsageError
     from crew.session import current_session
-    from crew.store.runstore import RunStore
 
     if not sys.stdout.isatty():
         raise UsageError(
             "crew watch needs a terminal.",
             hint="For a stream, use `crew events RUN --follow` (add --json for JSON lines).",
         )
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     dashboard = Dashboard(
         store, session=current_session(session), interactive=not no_input, watching=True
     )

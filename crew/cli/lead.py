@@ -15,11 +15,10 @@ from crew.cli.common import (
     RunArgument,
     SessionOption,
     duration,
-    home_from,
+    open_run,
 )
 
 if TYPE_CHECKING:
-    from crew.errors import ExitCode
     from crew.leader import LeadOptions
     from crew.store.runstore import RunStore
 
@@ -92,10 +91,9 @@ def resume(
     """Lead an interrupted run again: unfinished tasks restart as new attempts."""
     from crew.leader import LeadOptions
     from crew.session import current_session
-    from crew.store.runstore import RunStore
 
     who = current_session(session)
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     options = LeadOptions(resume=True, force=force)
     return _lead(store, who, options, detach=detach, json=json, interactive=not (no_input or json))
 
@@ -121,44 +119,13 @@ def _lead(
         return render.emit(Detached(store.run_id, pid), json=json)
     render.starting(store.run_id, resumed=options.resume, json=json)
     if interactive and sys.stdout.isatty() and sys.stdin.isatty():
-        code = _lead_on_terminal(store, session, options)
+        from crew.dashboard import lead_with_view
+
+        code = lead_with_view(store, session, options)
     else:
         show = partial(render.show_events, json=json, progress=True)
         code = lead(store, session=session, options=options, on_events=show)
     return render.emit(outcome(store, code), json=json)
-
-
-def _lead_on_terminal(store: RunStore, session: str, options: LeadOptions) -> ExitCode:
-    """Lead in a background thread while the terminal shows the run and takes answers."""
-    import os
-    import threading
-
-    from crew.dashboard import Dashboard
-    from crew.errors import ExitCode
-    from crew.leader import become_leader, stop_on_signals
-
-    leader = become_leader(store, session=session, options=options)
-    codes: list[ExitCode] = []
-    finished_r, finished_w = os.pipe()
-
-    def lead_then_say_so() -> None:
-        try:
-            codes.append(leader.lead())
-        finally:
-            os.write(finished_w, b"!")
-
-    thread = threading.Thread(target=lead_then_say_so, name="leader")
-    thread.start()
-    dashboard = Dashboard(store, session=session, interactive=True)
-    try:
-        with stop_on_signals(leader.request_stop):
-            dashboard.run(done=lambda _view: not thread.is_alive(), wake_fd=finished_r)
-    except KeyboardInterrupt:
-        leader.request_stop("SIGINT")
-    thread.join()
-    os.close(finished_r)
-    os.close(finished_w)
-    return codes[0] if codes else ExitCode.FAILED
 
 
 def wait(
@@ -191,7 +158,6 @@ def wait(
     from crew.errors import UsageError
     from crew.ids import check_task_id
     from crew.render import emit
-    from crew.store.runstore import RunStore
     from crew.waiting import Until, wait_for_run
 
     try:
@@ -201,7 +167,7 @@ def wait(
     if task is not None:
         check_task_id(task)
     limit = duration(timeout, "--timeout")
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     return emit(wait_for_run(store, until, task_id=task, timeout=limit), json=json)
 
 
@@ -215,11 +181,10 @@ def logs(
 ) -> None:
     """Print a worker's output (stdout and stderr, as received)."""
     from crew.ids import check_task_id
-    from crew.store.runstore import RunStore
     from crew.streams import follow_log
 
     check_task_id(task)
-    store = RunStore.open(home_from(home), run)
+    store = open_run(run, home)
     store.state().task(task)  # NotFound for a task the run does not have
     out = sys.stdout.buffer
     for chunk in follow_log(store, task, follow=follow):

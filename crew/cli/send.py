@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,12 +17,11 @@ from crew.cli.common import (
     RunArgument,
     SessionOption,
     duration,
-    home_from,
+    open_run,
 )
 
 if TYPE_CHECKING:
     from crew.results import Sent
-    from crew.store.runstore import RunStore
 
 TaskArgument = Annotated[
     str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)
@@ -82,17 +83,8 @@ def respond(
     """Answer a task that is waiting on a question (the task runs again)."""
     from crew import verbs
 
-    store, who, limit = _prepare(run, task, session, home, timeout)
-    sent = verbs.respond(
-        store,
-        task,
-        _read_body(body),
-        session=who,
-        force=force,
-        idempotency_key=idempotency_key,
-        contact_id=contact,
-    )
-    return _finish(store, sent, wait, wait_ack, limit, json)
+    sending = Sending(run, task, idempotency_key, wait, wait_ack, timeout, force, session, home)
+    return sending.send(verbs.respond, body, json, contact_id=contact)
 
 
 def steer(
@@ -111,10 +103,8 @@ def steer(
     """Redirect a running or waiting task (delivered ahead of everything but answers)."""
     from crew import verbs
 
-    store, who, limit = _prepare(run, task, session, home, timeout)
-    text = _read_body(body)
-    sent = verbs.steer(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
-    return _finish(store, sent, wait, wait_ack, limit, json)
+    sending = Sending(run, task, idempotency_key, wait, wait_ack, timeout, force, session, home)
+    return sending.send(verbs.steer, body, json)
 
 
 def follow_up(
@@ -133,12 +123,8 @@ def follow_up(
     """Queue more work for a task (delivered when it is running and not waiting on a question)."""
     from crew import verbs
 
-    store, who, limit = _prepare(run, task, session, home, timeout)
-    text = _read_body(body)
-    sent = verbs.follow_up(
-        store, task, text, session=who, force=force, idempotency_key=idempotency_key
-    )
-    return _finish(store, sent, wait, wait_ack, limit, json)
+    sending = Sending(run, task, idempotency_key, wait, wait_ack, timeout, force, session, home)
+    return sending.send(verbs.follow_up, body, json)
 
 
 def nudge(
@@ -165,10 +151,8 @@ def nudge(
     """Ask a running or waiting task for a status report."""
     from crew import verbs
 
-    store, who, limit = _prepare(run, task, session, home, timeout)
-    text = None if body is None else _read_body(body)
-    sent = verbs.nudge(store, task, text, session=who, force=force, idempotency_key=idempotency_key)
-    return _finish(store, sent, wait, wait_ack, limit, json)
+    sending = Sending(run, task, idempotency_key, wait, wait_ack, timeout, force, session, home)
+    return sending.send(verbs.nudge, body, json)
 
 
 def cancel(
@@ -199,14 +183,13 @@ def cancel(
     from crew.ids import check_task_id
     from crew.render import emit
     from crew.session import current_session
-    from crew.store.runstore import RunStore
 
     if task is not None:
         check_task_id(task)
     seconds = duration(grace, "--grace") or 0.0
     who = current_session(session)
-    store = RunStore.open(home_from(home), run)
-    return emit(verbs.cancel(store, task, session=who, force=force, grace=seconds), json=json)
+    result = verbs.cancel(open_run(run, home), task, session=who, force=force, grace=seconds)
+    return emit(result, json=json)
 
 
 def handoff(
@@ -223,28 +206,54 @@ def handoff(
     from crew import verbs
     from crew.render import emit
     from crew.session import current_session
-    from crew.store.runstore import RunStore
 
-    who = current_session(session)
-    store = RunStore.open(home_from(home), run)
-    return emit(verbs.handoff(store, to, session=who, force=force), json=json)
+    result = verbs.handoff(open_run(run, home), to, session=current_session(session), force=force)
+    return emit(result, json=json)
 
 
 # ----------------------------------------------------------------------------- shared steps
 
 
-def _prepare(
-    run: str, task: str, session: str | None, home: Path | None, timeout: str | None
-) -> tuple[RunStore, str, float | None]:
-    """Validate the ids and options the command line gave, then find the run."""
-    from crew.ids import check_task_id
-    from crew.session import current_session
-    from crew.store.runstore import RunStore
+@dataclass(frozen=True)
+class Sending:
+    """What the sending verbs' command lines share: the run and task, who sends, and waiting."""
 
-    check_task_id(task)
-    limit = duration(timeout, "--timeout")
-    who = current_session(session)
-    return RunStore.open(home_from(home), run), who, limit
+    run: str
+    task: str
+    idempotency_key: str | None
+    wait: bool
+    wait_ack: bool
+    timeout: str | None
+    force: bool
+    session: str | None
+    home: Path | None
+
+    def send(self, verb: Callable[..., Sent], body: str | None, json: bool, **extra: Any) -> int:
+        """Validate the command line, find the run, send, wait if asked, print the result."""
+        from crew.ids import check_task_id
+        from crew.registry import MessageStatus
+        from crew.render import emit
+        from crew.session import current_session
+        from crew.waiting import wait_for_sent
+
+        check_task_id(self.task)
+        limit = duration(self.timeout, "--timeout")
+        who = current_session(self.session)
+        store = open_run(self.run, self.home)
+        text = None if body is None else _read_body(body)
+        sent = verb(
+            store,
+            self.task,
+            text,
+            session=who,
+            force=self.force,
+            idempotency_key=self.idempotency_key,
+            **extra,
+        )
+        if self.wait or self.wait_ack:
+            until = MessageStatus.ACKNOWLEDGED if self.wait_ack else MessageStatus.DELIVERED
+            sent = wait_for_sent(store, sent, until=until, timeout=limit)
+        return emit(sent, json=json)
 
 
 def _read_body(body: str) -> str:
@@ -258,22 +267,3 @@ def _read_body(body: str) -> str:
         return raw.decode("utf-8").rstrip("\n")
     except UnicodeDecodeError:
         raise UsageError("The message on stdin is not UTF-8 text.") from None
-
-
-def _finish(
-    store: RunStore,
-    sent: Sent,
-    wait: bool,
-    wait_ack: bool,
-    timeout: float | None,
-    json: bool,
-) -> int:
-    """Print what was sent; with --wait/--wait-ack, once it is delivered/acknowledged."""
-    from crew.registry import MessageStatus
-    from crew.render import emit
-    from crew.waiting import wait_for_sent
-
-    if wait or wait_ack:
-        until = MessageStatus.ACKNOWLEDGED if wait_ack else MessageStatus.DELIVERED
-        sent = wait_for_sent(store, sent, until=until, timeout=timeout)
-    return emit(sent, json=json)

@@ -95,19 +95,7 @@ def compose(
     txn: Txn, kind: MessageKind, task_id: str, body: str, data: dict[str, Any]
 ) -> MailboxMessage:
     """A new message to a task, pending until the leader delivers it (not yet recorded)."""
-    return MailboxMessage(
-        id=ids.new_message_id(),
-        direction=Direction.INBOX,
-        kind=kind,
-        from_=LEADER,
-        to=task_id,
-        task_id=task_id,
-        body=body,
-        status=MessageStatus.PENDING,
-        priority=kind.default_priority,
-        sent_at=txn.at,
-        data=data or None,
-    )
+    return _new(txn, kind, task_id, body, data, MessageStatus.PENDING, kind.default_priority)
 
 
 def post(
@@ -309,17 +297,32 @@ def contact(txn: Txn, question: SupervisorContact) -> MailboxMessage:
 def _outbound(
     txn: Txn, task_id: str, kind: MessageKind, body: str, data: dict[str, Any]
 ) -> MailboxMessage:
+    """A message from a worker: delivered, since it has reached the leader."""
+    priority = Priority.HIGH if kind is MessageKind.CONTACT else Priority.NORMAL
+    return _new(txn, kind, task_id, body, data, MessageStatus.DELIVERED, priority)
+
+
+def _new(
+    txn: Txn,
+    kind: MessageKind,
+    task_id: str,
+    body: str,
+    data: dict[str, Any],
+    status: MessageStatus,
+    priority: Priority,
+) -> MailboxMessage:
+    inbound = kind.direction is Direction.INBOX
     return MailboxMessage(
         id=ids.new_message_id(),
-        direction=Direction.OUTBOX,
+        direction=kind.direction,
         kind=kind,
-        from_=task_id,
-        to=LEADER,
+        from_=LEADER if inbound else task_id,
+        to=task_id if inbound else LEADER,
         task_id=task_id,
         body=body,
-        status=MessageStatus.DELIVERED,
-        priority=Priority.HIGH if kind is MessageKind.CONTACT else Priority.NORMAL,
+        status=status,
+        priority=priority,
         sent_at=txn.at,
-        delivered_at=txn.at,
-        data=data,
+        delivered_at=None if status is MessageStatus.PENDING else txn.at,
+        data=data or None,
     )

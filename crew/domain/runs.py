@@ -13,6 +13,7 @@ from pathlib import Path
 
 from crew import clock
 from crew.config import CrewConfig
+from crew.domain import tasks
 from crew.domain.tasks import new_task
 from crew.ids import new_event_id
 from crew.models import Event, LeaderInfo, Run
@@ -104,6 +105,15 @@ def end(txn: Txn, status: RunStatus) -> Run:
     ended = txn.run.revised(status=status, ended_at=txn.at)
     txn.record(EventType.RUN_ENDED, message=f"run {status}", run=ended)
     return ended
+
+
+def time_out(txn: Txn, limit: float) -> None:
+    """`crew run --timeout`: the run took longer than `limit` seconds. What is left is
+    cancelled, so the run ends (failed, unless everything had completed)."""
+    why = f"run timed out after {clock.format_duration(limit)}"
+    for task in txn.state.task_list():
+        if not task.status.terminal:
+            tasks.cancel(txn, task.id, why)
 
 
 def claim(txn: Txn, lease: LeaderInfo) -> Run:

@@ -18,10 +18,19 @@ from crew.config import CrewConfig, TaskConfig
 from crew.domain import mailbox
 from crew.errors import Refused
 from crew.models import MailboxMessage, SupervisorContact, Task
-from crew.registry import TASK_STATUS_EVENT, EventData, EventType, TaskStatus, can_transition
+from crew.registry import (
+    LIVE_TASK_STATUSES,
+    TASK_STATUS_EVENT,
+    EventData,
+    EventType,
+    TaskStatus,
+    can_transition,
+)
 from crew.store.txn import Txn
 from crew.text import first_line, short
 
+#: The changes that close a task's open question (if it has one).
+_NO_QUESTION: dict[str, Any] = {"contact": None, "waiting_since": None}
 #: A dependency that ends in one of these can never complete: its dependents are cancelled.
 _BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
 
@@ -80,10 +89,32 @@ def complete(txn: Txn, task_id: str, **changes: Any) -> Task:
         task_id,
         TaskStatus.COMPLETED,
         message=f"task {task_id} completed",
-        contact=None,
-        waiting_since=None,
+        **_NO_QUESTION,
         **changes,
     )
+
+
+def exited(
+    txn: Txn,
+    task_id: str,
+    attempt: int,
+    *,
+    exit_code: int | None,
+    failure: str | None,
+    last_output_at: str | None = None,
+) -> Task | None:
+    """The worker of `attempt` exited: the task completes, or (`failure` says why) the attempt
+    failed. Nothing changes for a task that ended or moved on meanwhile (cancelled, timed out,
+    restarted: that was recorded then)."""
+    task = txn.task(task_id)
+    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+        return None
+    changes: dict[str, Any] = {"exit_code": exit_code, "ended_at": txn.at}
+    if last_output_at is not None:
+        changes["last_output_at"] = last_output_at
+    if failure is None:
+        return complete(txn, task_id, **changes)
+    return requeue(txn, task_id, failure, **changes)
 
 
 def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
@@ -100,8 +131,7 @@ def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
             task_id,
             TaskStatus.FAILED,
             message=f"task {task_id} failed: {why}",
-            contact=None,
-            waiting_since=None,
+            **_NO_QUESTION,
             error=why,
             **{"ended_at": txn.at, **changes},
         )
@@ -111,8 +141,7 @@ def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
         TaskStatus.QUEUED,
         event_type=EventType.TASK_RETRIED,
         message=f"task {task_id} queued for another attempt: {why}",
-        contact=None,
-        waiting_since=None,
+        **_NO_QUESTION,
         nudges=0,
         error=why,
         **changes,
@@ -171,8 +200,7 @@ def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
         message=f"answered {task_id}'s {what}: {short(message.body)}",
         data=data,
         mail=message,
-        contact=None,
-        waiting_since=None,
+        **_NO_QUESTION,
     )
 
 
@@ -189,8 +217,7 @@ def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
         message=f"{task_id} withdrew its question {task.contact.id}"
         + (f": {reason}" if reason else ""),
         data={EventData.CONTACT_ID: task.contact.id},
-        contact=None,
-        waiting_since=None,
+        **_NO_QUESTION,
     )
 
 

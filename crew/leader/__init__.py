@@ -23,7 +23,8 @@ from crew.store.runstore import RunStore
 from crew.text import counts
 
 if TYPE_CHECKING:
-    from crew.leader.loop import Leader, OnEvents
+    from crew.leader.loop import Leader
+    from crew.leader.view import OnEvents
 
 
 def start_run(home: Home, config_path: Path, *, session: str) -> RunStore:

@@ -15,21 +15,19 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 
-from crew import clock, domain, verbs
+from crew import clock, verbs
 from crew.adapters import adapter_for
 from crew.adapters.base import Reaction
-from crew.domain import mailbox, tasks
+from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import beat, release, write_lease
 from crew.errors import CrewError, ExitCode, StaleLeader, StoreError
 from crew.leader import monitors, schedule, signals, spawn
 from crew.leader.processes import WorkerProcess, Workers, describe_exit, start_worker
+from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
-from crew.models import Event, LeaderInfo, MailboxMessage, SupervisorContact, Task
+from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
 from crew.registry import (
-    INBOUND_BOXES,
     LIVE_TASK_STATUSES,
     EventType,
     MessageKind,
@@ -37,13 +35,10 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
-from crew.store import jsonl
 from crew.store.runstore import RunStore
-from crew.store.txn import Txn
+from crew.store.state import RunState
 
 HEARTBEAT = 1.0
-
-OnEvents = Callable[[list[Event]], None]
 
 
 class Leader:
@@ -62,24 +57,21 @@ class Leader:
         self.paths = store.paths
         self.lease = lease
         self.epoch = lease.epoch
-        self.on_events = on_events
-        self.state = store.state()
+        self.view = RunView(store, lease.epoch, on_events)
         self.max_parallel = max_parallel or self.state.run.config.crew.max_parallel
         self.run_timeout = run_timeout
         self.run_deadline = None if run_timeout is None else time.monotonic() + run_timeout
-        self.pending = schedule.Pending()
         self._selector = selectors.DefaultSelector()
         self.workers = Workers(self._selector, self)
-        self._followers = [jsonl.Follower(self.paths.box(b), MailboxMessage) for b in INBOUND_BOXES]
-        self._event_follower = jsonl.Follower(self.paths.events, Event)
         self.wakeups = Wakeups(self._selector, [self.paths.root, self.paths.mailbox_dir])
         self._stop: str | None = None
         self._dirty = True
         self._timed_out = False
         self._next_beat = 0.0
-        self._next_flush = 0.0
-        #: Workers' latest output times, written to tasks.json at most once a second.
-        self._unflushed: dict[str, str] = {}
+
+    @property
+    def state(self) -> RunState:
+        return self.view.state
 
     # ------------------------------------------------------------------ public
 
@@ -112,7 +104,8 @@ class Leader:
                 self._heartbeat()
                 self._next_beat = now + HEARTBEAT
             if self._dirty:
-                self._refresh()
+                self._dirty = False
+                self.view.refresh()
             self._note_watcher_failure()
             self._time_out_run(now)
             self._stop_ended_workers(now)
@@ -122,8 +115,8 @@ class Leader:
             self._deliver()
             self._close_idle_agents(now)
             next_check = self._monitor(now)
-            self._flush_output_times(now)
-            self._report_events()
+            self.view.flush_output_times(now)
+            self.view.report_events()
             if self.state.run.status.terminal and not len(self.workers):
                 release(self.paths, self.lease)
                 return self._outcome()
@@ -133,7 +126,7 @@ class Leader:
                     self._next_beat,
                     next_check,
                     self.run_deadline,
-                    self._next_flush if self._unflushed else None,
+                    self.view.next_flush(),
                     *self.workers.deadlines(),
                 )
                 if t is not None
@@ -164,7 +157,7 @@ class Leader:
         kind, error = failure
         self.lease = self.lease.model_copy(update={"watcher": self.wakeups.kind})
         write_lease(self.paths, self.lease)
-        with self._change() as txn:
+        with self.view.change() as txn:
             txn.record(
                 EventType.LEADER_ERROR,
                 message=f"the {kind} file watcher failed ({error}); the leader polls the run's "
@@ -174,47 +167,12 @@ class Leader:
 
     # ------------------------------------------------------------------ the run's state
 
-    def _change(self) -> AbstractContextManager[Txn]:
-        return domain.change(self.store, epoch=self.epoch)
-
-    def _refresh(self) -> None:
-        """Re-read the snapshots, then whatever the mailbox files gained.
-
-        Writers append events, then mailbox lines, then snapshots; reading the snapshots first
-        means the mailbox we read next is at least as new as them. State that exists only in
-        the event log (a write in progress, or one a crash cut short) is never acted on: we
-        wait for that writer under the run lock (or complete its write) and read again.
-        """
-        self._dirty = False
-        recovery = self.store.load()
-        if recovery.unapplied:
-            with self._change() as txn:  # waits for the writer holding the lock
-                self.state = txn.state
-        else:
-            self.state = recovery.state
-        for follower in self._followers:
-            for message in follower.poll().records:
-                self.pending.adopt(message)
-
-    def _took(self, txn: Txn) -> None:
-        """After a transaction of ours: adopt its state and its mailbox lines."""
-        self.state = txn.state
-        for message in txn.staged_mail():
-            self.pending.adopt(message)
-
     def _heartbeat(self) -> None:
         """Refresh leader.json, after checking no newer leader has taken the run."""
         current = self.store.peek_epoch()
         if current is not None and current != self.epoch:
             raise StaleLeader(f"Run {self.store.run_id} is now led by epoch {current}.")
         self.lease = beat(self.paths, self.lease)
-
-    def _report_events(self) -> None:
-        if self.on_events is None:
-            return
-        events = self._event_follower.poll().records
-        if events:
-            self.on_events(events)
 
     # ------------------------------------------------------------------ workers
 
@@ -232,25 +190,23 @@ class Leader:
             )
         except OSError as exc:
             why = f"cannot start {launch.argv[0]}: {exc.strerror}"
-            with self._change() as txn:
+            with self.view.change() as txn:
                 tasks.not_started(txn, task.id, attempt=attempt, why=why)
-            self._took(txn)
             return
         try:
-            with self._change() as txn:
+            with self.view.change() as txn:
                 tasks.start(txn, task.id, attempt=attempt, pid=worker.pid)
         except BaseException:
             worker.signal(signal.SIGKILL)
             worker.wait()
             worker.close()
             raise
-        self._took(txn)
         self.workers.add(worker)
         self._heard(worker, adapter.start(self.state.task(task.id)))
 
     def output(self, worker: WorkerProcess, lines: list[bytes]) -> None:
         """The worker printed something (Workers calls this)."""
-        self._unflushed[worker.task_id] = clock.now()
+        self.view.printed(worker.task_id, clock.now())
         reaction = Reaction()
         for raw in lines:
             reaction += worker.adapter.on_line(raw.decode("utf-8", errors="replace"))
@@ -262,11 +218,10 @@ class Leader:
             self.workers.write(worker, reaction.write)
         if not signals.worth_recording(self.state.tasks.get(worker.task_id), reaction.signals):
             return
-        with self._change() as txn:
+        with self.view.change() as txn:
             asked = signals.apply(
                 txn, worker.task_id, worker.attempt, worker.agent, reaction.signals
             )
-        self._took(txn)
         for question in asked:
             self._auto_respond(question)
 
@@ -289,35 +244,29 @@ class Leader:
         except StaleLeader:
             raise
         except CrewError as exc:  # an answer that does not fit: leave the question open
-            with self._change() as txn:
+            with self.view.change() as txn:
                 txn.record(
                     EventType.SUPERVISOR_MALFORMED,
                     task_id=question.task_id,
                     message=f"autoRespond[{index}] could not answer {question.id}: {exc}",
                     data={"rule": index, "reason": str(exc)},
                 )
-            self._took(txn)
         self._dirty = True
 
     def exited(self, worker: WorkerProcess, code: int) -> None:
         """The worker exited (Workers calls this): record how its attempt ended."""
-        last_output = self._unflushed.pop(worker.task_id, None)
-        with self._change() as txn:
-            task = txn.task(worker.task_id)
-            if task.status not in LIVE_TASK_STATUSES or task.attempt != worker.attempt:
-                return  # cancelled, timed out or restarted while it ran: already recorded
-            changes: dict[str, object] = {"exit_code": worker.exit_code, "ended_at": txn.at}
-            if last_output is not None:
-                changes["last_output_at"] = last_output
-            if code == 0 and worker.agent.turn_error is None:
-                tasks.complete(txn, task.id, **changes)
-            else:
-                # The agent's own reason beats "exited with code 1" (claude exits 1 after a
-                # failed turn).
-                tasks.requeue(
-                    txn, task.id, worker.agent.turn_error or describe_exit(code), **changes
-                )
-        self._took(txn)
+        last_output = self.view.take_output_time(worker.task_id)
+        # The agent's own reason beats "exited with code 1" (claude exits 1 after a failed turn).
+        failure = worker.agent.turn_error or (describe_exit(code) if code else None)
+        with self.view.change() as txn:
+            tasks.exited(
+                txn,
+                worker.task_id,
+                worker.attempt,
+                exit_code=worker.exit_code,
+                failure=failure,
+                last_output_at=last_output,
+            )
 
     def _stop_ended_workers(self, now: float) -> None:
         """Stop workers whose task ended under them (a cancel); kill those out of grace."""
@@ -339,12 +288,8 @@ class Leader:
         if self.state.run.status.terminal:
             return
         assert self.run_timeout is not None
-        why = f"run timed out after {clock.format_duration(self.run_timeout)}"
-        with self._change() as txn:
-            for task in txn.state.task_list():
-                if not task.status.terminal:
-                    tasks.cancel(txn, task.id, why)
-        self._took(txn)
+        with self.view.change() as txn:
+            runs.time_out(txn, self.run_timeout)
         self._timed_out = True
 
     # ------------------------------------------------------------------ delivery
@@ -357,7 +302,7 @@ class Leader:
                 continue
             if worker.to_write or worker.exited or worker.stopping:
                 continue
-            due = self.pending.due(task)
+            due = self.view.pending.due(task)
             if not due:
                 continue
             reaction = Reaction()
@@ -371,9 +316,8 @@ class Leader:
 
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """The worker's stdin took these messages (Workers calls this)."""
-        with self._change() as txn:
+        with self.view.change() as txn:
             mailbox.deliver(txn, messages, attempt=worker.attempt)
-        self._took(txn)
 
     def _close_idle_agents(self, now: float) -> None:
         """Close the stdin of agents that are done, so that they exit (schedule.idle_close_at)."""
@@ -381,7 +325,8 @@ class Leader:
             if worker.stdin_closed:
                 continue
             task = self.state.tasks.get(worker.task_id)
-            busy = bool(worker.to_write or worker.in_flight) or self.pending.any_for(worker.task_id)
+            waiting = self.view.pending.any_for(worker.task_id)
+            busy = bool(worker.to_write or worker.in_flight) or waiting
             linger = self.state.run.config.agents[task.agent].keep_open if task else None
             worker.close_at = schedule.idle_close_at(
                 worker.agent, task, busy=busy, linger=linger or 0.0, scheduled=worker.close_at,
@@ -395,23 +340,23 @@ class Leader:
 
     def _monitor(self, now: float) -> float | None:
         """Apply the monitors to every live task; returns when to look again."""
-        next_check: float | None = None
+        checks: list[float] = []
         for worker in self.workers:
             task = self.state.tasks.get(worker.task_id)
             if task is None or task.status not in LIVE_TASK_STATUSES or worker.stopping:
                 continue
             worker.clock.set_waiting(task.status is TaskStatus.WAITING, now)
             agent = self.state.run.config.agents[task.agent]
-            nudging = self.pending.any_for(task.id, MessageKind.NUDGE)
+            nudging = self.view.pending.any_for(task.id, MessageKind.NUDGE)
             verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)
             if verdict.action is not None:
                 self._act(worker, task, verdict, now)
-                verdict = monitors.judge(
-                    self.state.task(task.id), agent, worker.clock, now, nudge_pending=True
-                )
+                # What was done is not in flight any more: judged again, a pending nudge.
+                task = self.state.task(task.id)
+                verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=True)
             if verdict.next_check is not None:
-                next_check = min(next_check or verdict.next_check, verdict.next_check)
-        return next_check
+                checks.append(verdict.next_check)
+        return min(checks, default=None)
 
     def _act(
         self, worker: WorkerProcess, task: Task, verdict: monitors.Verdict, now: float
@@ -425,35 +370,22 @@ class Leader:
                 source=MessageSource.MONITOR,
             )
             worker.clock.last_nudge = now
-            self._refresh()
+            self.view.refresh()
             return
         if verdict.action is monitors.Action.TIME_OUT:
             self.workers.stop(worker, now)
-        with self._change() as txn:
+        with self.view.change() as txn:
             if verdict.action is monitors.Action.TIME_OUT:
                 tasks.requeue(txn, task.id, verdict.reason)
             else:
                 tasks.flag(txn, task.id, verdict.reason)
-        self._took(txn)
-
-    def _flush_output_times(self, now: float) -> None:
-        """Write lastOutputAt to tasks.json, at most once a second (it changes constantly)."""
-        if not self._unflushed or now < self._next_flush:
-            return
-        times, self._unflushed = self._unflushed, {}
-        self._next_flush = now + HEARTBEAT
-        with self._change() as txn:
-            for task_id, at in times.items():
-                if task_id in txn.state.tasks:
-                    txn.refresh(task_id, last_output_at=at)
-        self._took(txn)
 
     # ------------------------------------------------------------------ stopping
 
     def _interrupt(self) -> ExitCode:
         """Stop leading: workers get EOF on stdin, then SIGTERM, then SIGKILL; tasks stay live so
         `crew resume` can continue the run."""
-        with contextlib.suppress(StaleLeader, StoreError), self._change() as txn:
+        with contextlib.suppress(StaleLeader, StoreError), self.view.change() as txn:
             txn.record(
                 EventType.LEADER_STOPPED,
                 message=f"leader pid {os.getpid()} stopped ({self._stop}); "
@@ -462,7 +394,7 @@ class Leader:
             )
         self.wakeups.quiet()
         self.workers.stop_all()
-        self._report_events()
+        self.view.report_events()
         return ExitCode.INTERRUPTED
 
     def _close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from crew.clock import format_duration
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.registry import TaskStatus
@@ -30,11 +31,16 @@ class Action(StrEnum):
 class Clock:
     """What the leader knows about one live task's timing (monotonic seconds)."""
 
+    #: When the attempt started.
     started: float
+    #: When the worker last printed anything.
     last_output: float
-    last_nudge: float | None = None
+    #: Time spent waiting for answers in all: not counted against `timeout`.
+    waited: float = 0.0
+    #: Since when the task waits for an answer (None while it does not).
     waiting_since: float | None = None
-    waited: float = 0.0  # time spent waiting for answers, not counted against `timeout`
+    #: When the stall monitor last nudged it.
+    last_nudge: float | None = None
 
     def output(self, now: float) -> None:
         self.last_output = now
@@ -102,6 +108,4 @@ def judge(
 
 
 def _seconds(value: float) -> str:
-    from crew.clock import format_duration
-
     return format_duration(value)

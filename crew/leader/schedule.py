@@ -62,8 +62,8 @@ def idle_close_at(
     after `linger` (the agent's `keepOpen`), which starts again whenever it gets more work; an
     agent that cannot go on (fatal) is closed at once. `scheduled` is the time chosen before.
     """
-    if agent.fatal:
-        return scheduled if scheduled is not None else now
+    if agent.fatal:  # even one lingering after its turn ended: it is done now
+        return now if scheduled is None else min(scheduled, now)
     if not agent.turn_ended or task is None or task.status is not TaskStatus.RUNNING or busy:
         return None  # working, or a question is open: the agent waits for its answer
     return scheduled if scheduled is not None else now + linger

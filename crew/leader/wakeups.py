@@ -37,6 +37,10 @@ class Wakeups:
         self._failure: tuple[WatcherKind, str] | None = None
         #: Kinds of watcher whose failure was noted: each is reported once.
         self._failed_kinds: set[WatcherKind] = set()
+        #: Guards `_closed` and `_failure` between the loop and a watcher thread. A watcher
+        #: thread writes to the wake-up pipe only under it, and never once closed: a closed
+        #: descriptor's number may be reused by another file or pipe by then.
+        self._closing = threading.Lock()
 
     @property
     def kind(self) -> WatcherKind:
@@ -63,12 +67,14 @@ class Wakeups:
             if drain is not None:
                 drain()
         except OSError as error:
-            self._failed(error)
+            if self._watcher is not None:
+                self._failed(self._watcher, error)
             self._use(PollWatcher(self._folders))
 
     def failure(self) -> tuple[WatcherKind, str] | None:
         """The watcher failure not yet reported, if any (reported once)."""
-        failure, self._failure = self._failure, None
+        with self._closing:
+            failure, self._failure = self._failure, None
         return failure
 
     def quiet(self) -> None:
@@ -79,9 +85,13 @@ class Wakeups:
                     self._selector.unregister(fd)
 
     def close(self) -> None:
-        self._closed = True
+        with self._closing:
+            self._closed = True
         if self._watcher is not None:
-            self._watcher.close()
+            # watchfiles cannot be closed while its thread waits in it (ValueError): that
+            # thread ends on its next wake-up, seeing `_closed`.
+            with contextlib.suppress(Exception):
+                self._watcher.close()
             self._watcher = None
         for fd in (self._read_end, self._write_end):
             with contextlib.suppress(OSError):
@@ -108,7 +118,7 @@ class Wakeups:
             try:
                 changed = watcher.wait(_THREAD_WAIT)
             except Exception as error:  # whatever broke, the leader must keep noticing writes
-                self._failed(error)
+                self._failed(watcher, error)
                 if watcher.kind is WatcherKind.POLL:
                     time.sleep(_THREAD_WAIT)  # polling itself fails: wake the leader each second
                     changed = True
@@ -119,10 +129,12 @@ class Wakeups:
                     self._watcher = watcher
                     changed = True
             if changed:
-                self.wake()
+                with self._closing:
+                    if not self._closed:
+                        self.wake()
 
-    def _failed(self, error: BaseException) -> None:
-        kind = self.kind
-        if kind not in self._failed_kinds:
-            self._failed_kinds.add(kind)
-            self._failure = (kind, repr(error))
+    def _failed(self, watcher: Watcher, error: BaseException) -> None:
+        with self._closing:
+            if watcher.kind not in self._failed_kinds:
+                self._failed_kinds.add(watcher.kind)
+                self._failure = (watcher.kind, repr(error))

@@ -1,0 +1,97 @@
+"""What the leader knows of its run: the state, kept current from the files others write and from
+its own transactions, the messages waiting for each task, and output times not yet written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from crew import domain
+from crew.leader.schedule import Pending
+from crew.models import Event, MailboxMessage
+from crew.registry import INBOUND_BOXES
+from crew.store import jsonl
+from crew.store.runstore import RunStore
+from crew.store.state import RunState
+from crew.store.txn import Txn
+
+OnEvents = Callable[[list[Event]], None]
+#: lastOutputAt changes with every line a worker prints: it is written at most this often.
+FLUSH_EVERY = 1.0
+
+
+class RunView:
+    """The run as one leader (of one epoch) sees it."""
+
+    def __init__(self, store: RunStore, epoch: int, on_events: OnEvents | None = None) -> None:
+        self.store = store
+        self.epoch = epoch
+        self.state: RunState = store.state()
+        self.pending = Pending()
+        self._on_events = on_events
+        self._followers = [
+            jsonl.Follower(store.paths.box(b), MailboxMessage) for b in INBOUND_BOXES
+        ]
+        self._events = jsonl.Follower(store.paths.events, Event)
+        #: Workers' latest output times (task id -> timestamp), not yet in tasks.json.
+        self._output_times: dict[str, str] = {}
+        self._next_flush = 0.0
+
+    @contextmanager
+    def change(self) -> Iterator[Txn]:
+        """A transaction fenced by the leader's epoch (a leader taken over writes nothing);
+        once it commits, its state and mailbox lines are what the leader knows."""
+        with domain.change(self.store, epoch=self.epoch) as txn:
+            yield txn
+        self.state = txn.state
+        for message in txn.staged_mail():
+            self.pending.adopt(message)
+
+    def refresh(self) -> None:
+        """Re-read the snapshots, then whatever the mailbox files gained.
+
+        Writers append events, then mailbox lines, then snapshots; reading the snapshots first
+        means the mailbox read next is at least as new as them. State that exists only in the
+        event log (a write in progress, or one a crash cut short) is never acted on: the leader
+        waits for that writer under the run lock (or completes its write) and reads again.
+        """
+        recovery = self.store.load()
+        if recovery.unapplied:
+            with self.change():  # waits for the writer holding the lock
+                pass
+        else:
+            self.state = recovery.state
+        for follower in self._followers:
+            for message in follower.poll().records:
+                self.pending.adopt(message)
+
+    def report_events(self) -> None:
+        """Hand the events appended since the last report to `on_events`."""
+        if self._on_events is None:
+            return
+        events = self._events.poll().records
+        if events:
+            self._on_events(events)
+
+    def printed(self, task_id: str, at: str) -> None:
+        """A worker printed something at `at`."""
+        self._output_times[task_id] = at
+
+    def take_output_time(self, task_id: str) -> str | None:
+        """The worker's last output time not yet written (its exit records it)."""
+        return self._output_times.pop(task_id, None)
+
+    def next_flush(self) -> float | None:
+        """When output times are next due to be written (None: none to write)."""
+        return self._next_flush if self._output_times else None
+
+    def flush_output_times(self, now: float) -> None:
+        """Write lastOutputAt to tasks.json, at most once a second (it changes constantly)."""
+        if not self._output_times or now < self._next_flush:
+            return
+        times, self._output_times = self._output_times, {}
+        self._next_flush = now + FLUSH_EVERY
+        with self.change() as txn:
+            for task_id, at in times.items():
+                if task_id in txn.state.tasks:
+                    txn.refresh(task_id, last_output_at=at)
