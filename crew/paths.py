@@ -20,23 +20,25 @@ CONFIG_FILENAME = "crew.toml"
 STAGING_PREFIX = ".new-"
 
 
+class _Below:
+    """A path below a folder object's `root`: `manifest = _Below("manifest.json")`."""
+
+    def __init__(self, *parts: str) -> None:
+        self._parts = parts
+
+    def __get__(self, folder: Home | RunPaths, owner: object = None) -> Path:
+        return folder.root.joinpath(*self._parts)
+
+
 @dataclass(frozen=True)
 class Home:
     """A crew home: the `.crew` folder holding crew.toml and state/."""
 
     root: Path
 
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILENAME
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
-
-    @property
-    def runs_dir(self) -> Path:
-        return self.state_dir / "runs"
+    config_file = _Below(CONFIG_FILENAME)
+    state_dir = _Below("state")
+    runs_dir = _Below("state", "runs")
 
     @property
     def project_dir(self) -> Path:
@@ -91,53 +93,27 @@ class RunPaths:
     #: The crew home the run belongs to.
     home: Home
 
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def tasks(self) -> Path:
-        return self.root / "tasks.json"
-
-    @property
-    def events(self) -> Path:
-        return self.root / "events.jsonl"
-
-    @property
-    def mailbox_dir(self) -> Path:
-        return self.root / "mailbox"
+    manifest = _Below("manifest.json")
+    tasks = _Below("tasks.json")
+    events = _Below("events.jsonl")
+    mailbox_dir = _Below("mailbox")
+    logs_dir = _Below("logs")
+    #: Volatile files: the leader's lease and log, the applied marker. Never needed for history.
+    runtime_dir = _Below(".runtime")
+    #: The leader lease (leader.json).
+    leader = _Below(".runtime", "leader.json")
+    #: The output of a leader started with --detach.
+    leader_log = _Below(".runtime", "leader.log")
+    #: How far the snapshots and mailbox are known to reflect the event log (a cache).
+    applied = _Below(".runtime", "applied")
+    #: The run's mutation lock.
+    lock = _Below(".lock")
 
     def box(self, box: Box) -> Path:
         return self.mailbox_dir / box.filename
 
-    @property
-    def logs_dir(self) -> Path:
-        return self.root / "logs"
-
     def log(self, task_id: str) -> Path:
         return self.logs_dir / f"{check_task_id(task_id)}.log"
-
-    @property
-    def runtime_dir(self) -> Path:
-        return self.root / ".runtime"
-
-    @property
-    def leader(self) -> Path:
-        return self.runtime_dir / "leader.json"
-
-    @property
-    def applied(self) -> Path:
-        """How far the snapshots and mailbox are known to reflect the event log (a cache)."""
-        return self.runtime_dir / "applied"
-
-    @property
-    def leader_log(self) -> Path:
-        """The output of a leader started with --detach."""
-        return self.runtime_dir / "leader.log"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / ".lock"
 
 
 def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | None = None) -> Home:

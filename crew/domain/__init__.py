@@ -13,10 +13,11 @@ commits.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
-from crew.domain import mailbox, runs, tasks
-from crew.store.runstore import RunStore
-from crew.store.txn import Txn
+if TYPE_CHECKING:
+    from crew.store.runstore import RunStore
+    from crew.store.txn import Txn
 
 
 def change(store: RunStore, *, epoch: int | None = None) -> AbstractContextManager[Txn]:
@@ -31,6 +32,8 @@ def settle(txn: Txn) -> None:
     """Apply the rules that follow from what a transaction staged: a queued task whose
     dependency failed or was cancelled is cancelled; messages still pending for a task that
     ended are rejected; the run's status follows its tasks."""
+    from crew.domain import mailbox, runs, tasks  # here, so reading a run never loads the rules
+
     tasks.cancel_dependents(txn)
     mailbox.reject_undeliverable(txn, tasks.ended(txn))
     runs.follow_tasks(txn)

@@ -14,12 +14,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import filelock
+from typing import TYPE_CHECKING
 
 from crew import env
 from crew.errors import CrewTimeout, StoreError
 from crew.store.files import FILE_MODE
+
+if TYPE_CHECKING:
+    import filelock
 
 DEFAULT_LOCK_TIMEOUT = 10.0
 #: How often a busy lock is tried again: a holder keeps it for a few milliseconds only.
@@ -49,6 +51,8 @@ def lock_timeout() -> float:
 
 
 def _lock_for(path: Path) -> filelock.FileLock:
+    import filelock  # here: a command that only reads a run never pays for importing it
+
     with _locks_guard:
         lock = _locks.get(path)
         if lock is None:
@@ -59,6 +63,8 @@ def _lock_for(path: Path) -> filelock.FileLock:
 @contextmanager
 def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock at `path` for the block; CrewTimeout if it stays busy."""
+    import filelock
+
     wait = lock_timeout() if timeout is None else timeout
     lock = _lock_for(path)
     try:
