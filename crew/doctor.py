@@ -14,7 +14,7 @@ from crew.errors import CrewError
 from crew.models import Event, MailboxMessage
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
-from crew.results import DoctorReport, Finding
+from crew.results.admin import DoctorReport, Finding
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 from crew.store.state import Recovery

@@ -21,13 +21,22 @@ STAGING_PREFIX = ".new-"
 
 
 class _Below:
-    """A path below a folder object's `root`: `manifest = _Below("manifest.json")`."""
+    """A path below a folder object's `root`: `manifest = _Below("manifest.json")`.
+
+    Made once per object, then kept in its `__dict__` (which a lookup finds first): stores and
+    transactions ask for the same paths thousands of times.
+    """
 
     def __init__(self, *parts: str) -> None:
         self._parts = parts
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
 
     def __get__(self, folder: Home | RunPaths, owner: object = None) -> Path:
-        return folder.root.joinpath(*self._parts)
+        path = folder.__dict__[self._name] = folder.root.joinpath(*self._parts)
+        return path
 
 
 @dataclass(frozen=True)

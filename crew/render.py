@@ -23,27 +23,17 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
-from crew.results import (
-    Cancelled,
-    Detached,
-    DoctorReport,
-    HandedOff,
-    Initialized,
-    Led,
-    Result,
-    RunList,
-    SchemaDoc,
-    Sent,
-    StatusReport,
-    Timeline,
-    Waited,
-)
+from crew.results import Result
 from crew.text import format_counts, short
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from crew.models import Event, Task
+    from crew.results.admin import DoctorReport, Initialized, SchemaDoc
+    from crew.results.leading import Detached, Led, Waited
+    from crew.results.reading import RunList, StatusReport, Timeline
+    from crew.results.sending import Cancelled, HandedOff, Sent
 
 STATUS_STYLE = {
     TaskStatus.QUEUED: "dim",
@@ -70,7 +60,7 @@ def emit(result: Result, *, json: bool) -> int:
     if json:
         print_json(result.to_json(), compact=result.json_line)
     else:
-        _TEXT_VIEWS[type(result)](result)
+        _TEXT_VIEWS[type(result).__name__](result)
     failure = result.failure()
     if failure is not None:
         error(failure)
@@ -404,19 +394,21 @@ def _led(result: Led) -> None:
     """The summary is a note on stderr; stdout had the run's progress."""
 
 
-_TEXT_VIEWS: dict[type, Callable[[Any], None]] = {
-    Sent: _sent,
-    Cancelled: _cancelled,
-    HandedOff: _handed_off,
-    RunList: _runs,
-    StatusReport: _status,
-    Timeline: _timeline,
-    DoctorReport: _doctor,
-    Initialized: _initialized,
-    SchemaDoc: _schema,
-    Waited: _waited,
-    Detached: _detached,
-    Led: _led,
+#: Each kind of result (by class name: a command loads only the results it can return) and its
+#: text view.
+_TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
+    "Sent": _sent,
+    "Cancelled": _cancelled,
+    "HandedOff": _handed_off,
+    "RunList": _runs,
+    "StatusReport": _status,
+    "Timeline": _timeline,
+    "DoctorReport": _doctor,
+    "Initialized": _initialized,
+    "SchemaDoc": _schema,
+    "Waited": _waited,
+    "Detached": _detached,
+    "Led": _led,
 }
 
 

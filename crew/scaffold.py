@@ -7,7 +7,7 @@ from pathlib import Path
 from crew import env
 from crew.errors import UsageError
 from crew.paths import CONFIG_FILENAME, HOME_DIRNAME, Home
-from crew.results import Initialized
+from crew.results.admin import Initialized
 from crew.store.files import make_dirs
 from crew.store.snapshot import write_atomic
 

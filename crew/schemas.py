@@ -18,7 +18,7 @@ from crew import config, models
 from crew.config import CrewConfig
 from crew.errors import UsageError
 from crew.models import Event, LeaderInfo, MailboxMessage, Run, SupervisorContact, Task
-from crew.results import SchemaDoc
+from crew.results.admin import SchemaDoc
 
 #: name -> (what it describes, the type)
 SCHEMAS: dict[str, tuple[str, Any]] = {

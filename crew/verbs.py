@@ -26,7 +26,7 @@ from crew.registry import (
     MessageSource,
     RunStatus,
 )
-from crew.results import Cancelled, HandedOff, Sent
+from crew.results.sending import Cancelled, HandedOff, Sent
 from crew.store.runstore import RunStore
 from crew.store.txn import Txn
 from crew.text import short

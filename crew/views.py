@@ -20,7 +20,14 @@ from crew.registry import (
     TaskStatus,
     WatcherKind,
 )
-from crew.results import MessageView, PendingCounts, RunList, RunSummary, StatusReport, Timeline
+from crew.results.reading import (
+    MessageView,
+    PendingCounts,
+    RunList,
+    RunSummary,
+    StatusReport,
+    Timeline,
+)
 from crew.store.runstore import RunStore
 from crew.text import counts
 

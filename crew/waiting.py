@@ -10,7 +10,8 @@ from crew import clock
 from crew.errors import CrewTimeout, Refused
 from crew.models import MailboxMessage
 from crew.registry import MessageStatus, TaskStatus
-from crew.results import Sent, Waited
+from crew.results.leading import Waited
+from crew.results.sending import Sent
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 from crew.store.watch import watch_folders

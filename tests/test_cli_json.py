@@ -898,3 +898,21 @@ def test_resume_json_streams_the_run_and_ends_with_the_summary(
         f"crew: run {shown.run_id} resumed\n"
         + result.stderr.replace(documented.run_id, shown.run_id)
     )
+
+
+def test_every_kind_of_result_has_a_text_view() -> None:
+    import crew.results.admin
+    import crew.results.leading
+    import crew.results.reading
+    import crew.results.sending
+    from crew.render import _TEXT_VIEWS
+    from crew.results import Result
+
+    modules = [crew.results.admin, crew.results.leading, crew.results.reading, crew.results.sending]
+    kinds = {
+        name
+        for module in modules
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, Result) and value is not Result
+    }
+    assert kinds == set(_TEXT_VIEWS)

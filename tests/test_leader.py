@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,15 @@ from crew import verbs
 from crew.domain import change
 from crew.models import Event
 from crew.paths import Home
-from crew.registry import Box, EventType, MessageKind, MessageStatus, RunStatus, TaskStatus
+from crew.registry import (
+    Box,
+    EventType,
+    MessageKind,
+    MessageStatus,
+    RunStatus,
+    TaskStatus,
+    WatcherKind,
+)
 from crew.store import jsonl
 from crew.waiting import Until, wait_for_run
 
@@ -515,3 +524,52 @@ def test_a_leader_without_file_events_polls_and_status_says_so(
     verbs.respond(store, "t", "still delivered", session=SESSION)  # polling still delivers
     assert leader.finish() == 0
     assert "got respond still delivered" in log_of(store, "t")
+
+
+class _BrokenWatcher:
+    """A file watcher without a descriptor whose wait fails, as a watchfiles backend might."""
+
+    kind = WatcherKind.WATCHFILES
+
+    def fileno(self) -> int | None:
+        return None
+
+    def wait(self, timeout: float | None) -> bool:
+        raise RuntimeError("the watcher died")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_leader_whose_file_watcher_fails_says_so_and_polls_instead(
+    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crew.leader import become_leader, start_run
+    from crew.leader import wakeups as wakeups_module
+    from crew.views import run_status
+
+    monkeypatch.setattr(wakeups_module, "watch_folders", lambda folders: _BrokenWatcher())
+    config = write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}])
+    store = start_run(home, config, session=SESSION)
+    leader = become_leader(store, session=SESSION)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(leader.lead()), daemon=True)
+    thread.start()
+    try:
+        wait_for_run(store, Until.WAITING, timeout=20)
+        (failed,) = eventually(
+            lambda: [e for e in events_of(store) if e.type is EventType.LEADER_ERROR]
+        )
+        assert failed.message is not None and "the watchfiles file watcher failed" in failed.message
+        assert (failed.data or {}).get("error") == "RuntimeError('the watcher died')"
+        lease = json.loads(store.paths.leader.read_text())
+        assert lease["watcher"] == "poll"
+        assert any("the leader polls" in w for w in run_status(store).run_warnings)
+        verbs.respond(store, "t", "still delivered", session=SESSION)  # polling delivers it
+        thread.join(timeout=30)
+    finally:
+        leader.request_stop("the test ended")  # never leave a leader thread behind
+        thread.join(timeout=30)
+    assert codes == [0]
+    assert "got respond still delivered" in log_of(store, "t")
+    assert len([e for e in events_of(store) if e.type is EventType.LEADER_ERROR]) == 1

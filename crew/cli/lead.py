@@ -112,7 +112,7 @@ def _lead(
     from crew import render
     from crew.leader import detach as in_background
     from crew.leader import lead, outcome
-    from crew.results import Detached
+    from crew.results.leading import Detached
 
     if detach:
         pid = in_background(store, session=session, options=options)

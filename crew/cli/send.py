@@ -21,7 +21,7 @@ from crew.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from crew.results import Sent
+    from crew.results.sending import Sent
 
 TaskArgument = Annotated[
     str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)

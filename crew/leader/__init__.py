@@ -18,7 +18,7 @@ from crew.config import load_config
 from crew.domain.runs import create_run
 from crew.errors import CrewError, ExitCode, StoreError, error_for
 from crew.paths import Home
-from crew.results import Led
+from crew.results.leading import Led
 from crew.store.runstore import RunStore
 from crew.text import counts
 

@@ -67,9 +67,10 @@ class Wakeups:
             if drain is not None:
                 drain()
         except OSError as error:
-            if self._watcher is not None:
-                self._failed(self._watcher, error)
+            failed = self._watcher
             self._use(PollWatcher(self._folders))
+            if failed is not None:
+                self._failed(failed, error)
 
     def failure(self) -> tuple[WatcherKind, str] | None:
         """The watcher failure not yet reported, if any (reported once)."""
@@ -118,16 +119,15 @@ class Wakeups:
             try:
                 changed = watcher.wait(_THREAD_WAIT)
             except Exception as error:  # whatever broke, the leader must keep noticing writes
-                self._failed(watcher, error)
+                failed, changed = watcher, True
                 if watcher.kind is WatcherKind.POLL:
                     time.sleep(_THREAD_WAIT)  # polling itself fails: wake the leader each second
-                    changed = True
                 else:
                     with contextlib.suppress(Exception):
                         watcher.close()
-                    watcher = PollWatcher(self._folders)
-                    self._watcher = watcher
-                    changed = True
+                    watcher = self._watcher = PollWatcher(self._folders)
+                # Reported once the replacement is in place: `kind` says what is used now.
+                self._failed(failed, error)
             if changed:
                 with self._closing:
                     if not self._closed:

@@ -1,0 +1,87 @@
+"""What the commands that look after a home return: doctor, init, schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crew.results import Result
+
+
+@dataclass
+class Finding:
+    """One problem: where it is, what it is, and whether a repair fixed it."""
+
+    run_id: str
+    problem: str
+    path: Path | None = None
+    line: int | None = None
+    repairable: bool = True
+    repaired: bool = False
+
+    def location(self) -> str:
+        if self.path is None:
+            return self.run_id
+        return f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"runId": self.run_id, "problem": self.problem}
+        if self.path is not None:
+            data["file"] = str(self.path)
+        if self.line is not None:
+            data["line"] = self.line
+        data["repairable"] = self.repairable
+        data["repaired"] = self.repaired
+        return data
+
+
+@dataclass
+class DoctorReport(Result):
+    """`crew doctor`: the runs it examined and what it found (and repaired)."""
+
+    runs: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    repair: bool = False
+
+    @property
+    def clean(self) -> bool:
+        """No problem left: none found, or (after a repair) every one fixed."""
+        return all(f.repaired for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.clean else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "repair": self.repair,
+            "runs": self.runs,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+@dataclass
+class Initialized(Result):
+    """`crew init`: the home, and whether it was created (an existing one is left untouched)."""
+
+    home: Path
+    config_file: Path
+    created: bool
+
+    def notes(self) -> list[str]:
+        return [] if self.created else [f"{self.home} already exists; left it untouched."]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"home": str(self.home), "config": str(self.config_file), "created": self.created}
+
+
+@dataclass
+class SchemaDoc(Result):
+    """`crew schema`: one JSON Schema, or all of them by name."""
+
+    document: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.document

@@ -1,0 +1,84 @@
+"""What leading a run returns: run, resume (in the foreground or detached), wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from crew.errors import ExitCode
+from crew.models import Task
+from crew.registry import RunStatus
+from crew.results import Result
+from crew.text import format_counts
+
+
+@dataclass
+class Waited(Result):
+    """`crew wait`: the tasks that made the condition hold."""
+
+    run_id: str
+    until: str
+    tasks: list[Task]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "for": self.until, "tasks": [t.to_dict() for t in self.tasks]}
+
+
+@dataclass
+class Detached(Result):
+    """`crew run --detach`: the run, and the background process that leads it."""
+
+    run_id: str
+    pid: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "pid": self.pid}
+
+
+@dataclass
+class Led(Result):
+    """`crew run` and `crew resume` in the foreground: how leading the run ended.
+
+    With --json, the events were printed as JSON lines while the run went; this is the last line.
+    """
+
+    run_id: str
+    code: ExitCode
+    status: RunStatus
+    #: How many tasks ended in each status.
+    tasks: dict[str, int]
+
+    json_line = True
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.code)
+
+    @property
+    def outcome(self) -> str:
+        """`ended`; `interrupted` (Ctrl-C: the run can be resumed); `taken over` (fenced)."""
+        if self.code is ExitCode.INTERRUPTED:
+            return "interrupted"
+        if self.code is ExitCode.REFUSED:
+            return "taken over"
+        return "ended"
+
+    def notes(self) -> list[str]:
+        run = self.run_id
+        if self.code is ExitCode.INTERRUPTED:
+            return [
+                f"stopped leading run {run}; `crew resume {run}` continues it, "
+                f"`crew cancel {run}` ends it"
+            ]
+        if self.code is ExitCode.REFUSED:
+            return [f"another leader took over run {run}; this one stopped without writing"]
+        return [f"run {run} {self.status}: {format_counts(self.tasks)}"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "outcome": self.outcome,
+            "status": self.status.value,
+            "tasks": self.tasks,
+            "exitCode": self.exit_code,
+        }

@@ -1,0 +1,116 @@
+"""What the commands that read a run return: runs, status, mailbox."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from crew.domain.lease import Lease, LeaseState
+from crew.models import MailboxMessage, Run, Task
+from crew.registry import Box
+from crew.results import Result
+
+
+@dataclass
+class RunSummary:
+    """One run in `crew runs`."""
+
+    run_id: str
+    run: Run | None
+    counts: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.run is None:
+            return {"runId": self.run_id, "problem": self.problem}
+        data = self.run.to_dict()
+        data.pop("config", None)
+        data["tasks"] = self.counts
+        if self.problem:
+            data["problem"] = self.problem
+        return data
+
+
+@dataclass
+class RunList(Result):
+    """`crew runs`: every run of the home, newest first."""
+
+    runs: list[RunSummary]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [summary.to_json() for summary in self.runs]
+
+
+#: Undelivered messages to each task, by the file that holds them.
+PendingCounts = dict[str, dict[str, int]]
+
+
+@dataclass
+class StatusReport(Result):
+    """`crew status`: the run, its tasks, what waits for them, and what needs attention."""
+
+    run: Run
+    tasks: list[Task]
+    pending: PendingCounts
+    #: What needs attention: shown under "Warnings", and as `warnings` in the JSON.
+    run_warnings: list[str]
+    lease: Lease
+
+    @property
+    def open_contacts(self) -> list[Task]:
+        return [t for t in self.tasks if t.contact is not None and t.contact.answered_at is None]
+
+    @property
+    def leader_alive(self) -> bool:
+        return self.lease.state is LeaseState.ALIVE and self.lease.leader is not None
+
+    def to_json(self) -> dict[str, Any]:
+        leader: dict[str, Any] = {"alive": self.leader_alive}
+        if self.lease.leader is not None:
+            info = self.lease.leader
+            leader.update(pid=info.pid, host=info.host, heartbeatAt=info.heartbeat_at)
+        return {
+            "run": self.run.to_dict(),
+            "tasks": [t.to_dict() for t in self.tasks],
+            "pending": self.pending,
+            "warnings": self.run_warnings,
+            "leader": leader,
+        }
+
+
+@dataclass
+class MessageView:
+    """A message's life: each status it went through, then the worker's attention decisions
+    about it (picked, preempted, merged, …) and the outcome it reported."""
+
+    message: MailboxMessage
+    box: Box
+    history: list[MailboxMessage]
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.message.to_dict()
+        data["box"] = self.box.value
+        data["history"] = [_history_entry(m) for m in self.history]
+        data["decisions"] = self.decisions
+        return data
+
+
+def _history_entry(message: MailboxMessage) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": message.status.value}
+    at = message.status_at()
+    if at:
+        entry["at"] = at
+    if message.reason:
+        entry["reason"] = message.reason
+    return entry
+
+
+@dataclass
+class Timeline(Result):
+    """`crew mailbox`: per task, each message in the order sent, and what became of it."""
+
+    messages: list[MessageView]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [view.to_json() for view in self.messages]
