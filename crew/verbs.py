@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Required, TypedDict, Unpack
 
 from crew import domain, ids
-from crew.domain import gate, mailbox, runs, tasks
+from crew.domain import gate, mailbox, tasks
 from crew.domain.gate import FOLLOW_UP, NUDGE, RESPOND, STEER, Verb
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import Refused, UsageError
@@ -220,6 +220,8 @@ def cancel(
                 targets.append((each.id, each.pid))
             tasks.cancel(txn, each.id, reason, message=f"task {each.id} {reason}")
         if task is None:  # the whole run: it ends cancelled, not failed
+            from crew.domain import runs  # here: the sending verbs never load run creation
+
             mailbox.reject_undeliverable(txn, tasks.ended(txn))
             runs.end(txn, RunStatus.CANCELLED)
         domain.settle(txn)
@@ -242,6 +244,8 @@ def handoff(store: RunStore, new_owner: str, *, session: str, force: bool = Fals
             return HandedOff(txn.run.run_id, previous, new_owner)
         if overridden is not None:
             gate.record_override(txn, overridden, session, "handoff")
+        from crew.domain import runs
+
         runs.hand_over(txn, new_owner, by=session)
         return HandedOff(txn.run.run_id, previous, new_owner, overridden)
 

@@ -234,7 +234,6 @@ class Sending:
         from crew.registry import MessageStatus
         from crew.render import emit
         from crew.session import current_session
-        from crew.waiting import wait_for_sent
 
         check_task_id(self.task)
         limit = duration(self.timeout, "--timeout")
@@ -251,6 +250,8 @@ class Sending:
             **extra,
         )
         if self.wait or self.wait_ack:
+            from crew.waiting import wait_for_sent
+
             until = MessageStatus.ACKNOWLEDGED if self.wait_ack else MessageStatus.DELIVERED
             sent = wait_for_sent(store, sent, until=until, timeout=limit)
         return emit(sent, json=json)
