@@ -26,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a fast check")
     parser.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args()
     rows: list[Row] = []
     started = time.time()
@@ -33,7 +34,7 @@ def main() -> None:
         print(f"running {name}…", file=sys.stderr, flush=True)
         rows.extend(BENCHMARKS[name](quick=args.quick))
     print_table(rows)
-    RESULTS.write_text(
+    args.output.write_text(
         json.dumps(
             {
                 "machine": f"{platform.machine()}, {platform.system()} {platform.release()}, "
@@ -45,7 +46,7 @@ def main() -> None:
         )
         + "\n"
     )
-    print(f"\nwrote {RESULTS}", file=sys.stderr)
+    print(f"\nwrote {args.output}", file=sys.stderr)
 
 
 def print_table(rows: list[Row]) -> None:

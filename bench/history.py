@@ -107,7 +107,7 @@ def _run_with_history(root: Path, events: int) -> RunStore:
                 handle.write(b"".join(batch))
                 batch.clear()
         handle.write(b"".join(batch))
-    store._write_applied(seq)  # the marker, as a transaction writes it
+    store.write_applied(seq)  # the marker, as a transaction writes it
     return store
 
 

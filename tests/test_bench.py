@@ -1,0 +1,30 @@
+"""The benchmarks still run: they call into crew's library, so a change there can break them
+without any other test noticing. The quick sizes of those that reach deepest are run here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_benchmarks_that_use_the_library_directly_still_run(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREW_")}
+    only = ["--only", "store", "--only", "history"]
+    output = ["--output", str(tmp_path / "results.json")]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", *only, *output],
+        check=False,
+        cwd=ROOT,
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "crew transaction (follow-up), fsync off" in done.stdout
+    assert "status vs history" in done.stdout
+    assert (tmp_path / "results.json").is_file()
