@@ -81,6 +81,12 @@ ATTEMPT = Variable(
 STATE_DIR = Variable(
     "CREW_STATE_DIR", frozenset({Scope.LEADER}), "the run's folder (`state/runs/<runId>`)"
 )
+CHECKPOINT = Variable(
+    "CREW_CHECKPOINT",
+    frozenset({Scope.LEADER}),
+    "the file holding the last checkpoint an earlier attempt of the task saved (JSON), when one "
+    "did; unset otherwise",
+)
 PROTOCOL = Variable("CREW_PROTOCOL", frozenset({Scope.LEADER}), "the worker protocol version: `1`")
 
 VARIABLES: tuple[Variable, ...] = (
@@ -95,5 +101,6 @@ VARIABLES: tuple[Variable, ...] = (
     TASK_ID,
     ATTEMPT,
     STATE_DIR,
+    CHECKPOINT,
     PROTOCOL,
 )

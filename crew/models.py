@@ -102,6 +102,12 @@ class Task(StateModel):
     """The open question, while the task waits for an answer."""
     nudges: Annotated[int, Field(ge=0)] = 0
     """Automatic nudges sent since the worker last printed anything."""
+    failures: Annotated[int, Field(ge=0)] = 0
+    """Attempts that failed (non-zero exit, timeout, protocol error): retried while fewer than
+    maxAttempts. An attempt the leader's end cut short is interrupted, not failed."""
+    session: str | None = None
+    """The agent's own session id (Claude Code, Codex, pi), so that the next attempt resumes the
+    conversation instead of starting it again."""
     error: str | None = None
     """Why the task failed, was cancelled or was flagged."""
 
@@ -150,6 +156,17 @@ class MailboxMessage(StateModel):
             MessageStatus.DELIVERED: self.delivered_at,
             MessageStatus.ACKNOWLEDGED: self.acknowledged_at,
         }[self.status]
+
+
+class Checkpoint(StateModel):
+    """checkpoints/<taskId>.json: the last state a task saved, given to its next attempt."""
+
+    task_id: TaskId
+    attempt: Annotated[int, Field(ge=1)]
+    """The attempt that saved it."""
+    saved_at: Timestamp
+    state: Any
+    """Whatever the worker saved: any JSON value."""
 
 
 class Run(StateModel):

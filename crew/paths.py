@@ -107,6 +107,8 @@ class RunPaths:
     events = _Below("events.jsonl")
     mailbox_dir = _Below("mailbox")
     logs_dir = _Below("logs")
+    #: The last state each task saved (`@supervisor checkpoint:`), one file per task.
+    checkpoints_dir = _Below("checkpoints")
     #: Volatile files: the leader's lease and log, the applied marker. Never needed for history.
     runtime_dir = _Below(".runtime")
     #: The leader lease (leader.json).
@@ -123,6 +125,9 @@ class RunPaths:
 
     def log(self, task_id: str) -> Path:
         return self.logs_dir / f"{check_task_id(task_id)}.log"
+
+    def checkpoint(self, task_id: str) -> Path:
+        return self.checkpoints_dir / f"{check_task_id(task_id)}.json"
 
 
 def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | None = None) -> Home:

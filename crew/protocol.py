@@ -9,6 +9,7 @@ A line whose first non-blank content (after ANSI escapes are stripped) is
     @supervisor progress: 3 of 5 files done
     @supervisor ack: msg_0123456789abcdef
     @supervisor decision: {"action": "preempt", "item": "msg_…"}
+    @supervisor checkpoint: {"done": ["parser", "lexer"], "next": "tests"}
 
 Anything else is plain output.
 """
@@ -42,6 +43,7 @@ _NEWLINES_RE = re.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 MAX_PROMPT = 8 * 1024
+_NOT_JSON = object()
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,20 @@ class DecisionRecord:
 
 
 @dataclass(frozen=True)
+class CheckpointRecord:
+    """The task's progress so far, as the worker wants it back if it is restarted."""
+
+    state: Any
+
+
+@dataclass(frozen=True)
 class Malformed:
     """Starts with @supervisor but does not parse: kept as plain output, and counted."""
 
     reason: str
 
 
-Parsed = Contact | Report | Ack | DecisionRecord | Malformed
+Parsed = Contact | Report | Ack | DecisionRecord | CheckpointRecord | Malformed
 
 
 def strip_ansi(text: str) -> str:
@@ -113,8 +122,10 @@ def parse_line(line: str) -> Parsed | None:
         return Ack(rest)
     try:
         data = json.loads(rest)
-    except ValueError:
-        return Malformed("decision needs a JSON object")
+    except (ValueError, RecursionError):
+        data = _NOT_JSON
+    if kind is ContactType.CHECKPOINT:
+        return Malformed("checkpoint needs JSON") if data is _NOT_JSON else CheckpointRecord(data)
     if not isinstance(data, dict):
         return Malformed("decision needs a JSON object")
     return DecisionRecord(data)

@@ -162,6 +162,7 @@ class ContactType(StrEnum):
     NOTE = "note"
     ACK = "ack"
     DECISION = "decision"
+    CHECKPOINT = "checkpoint"
 
     @property
     def blocking(self) -> bool:
@@ -191,6 +192,7 @@ class MessageData(StrEnum):
     REPORT_TYPE = "type"  # of a report: status, progress or note
     ATTEMPT = "attempt"  # the task attempt it was delivered to
     CARRIED_FROM = "carriedFrom"  # the message a new attempt's copy was made from
+    AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits
     DECISIONS = "decisions"  # the worker's attention decisions about it
     REJECTED_AT = "rejectedAt"
 
@@ -212,6 +214,7 @@ class EventData(StrEnum):
     DECISION = "decision"  # an attention decision, as the worker printed it
     CONTACT = "contact"  # the question an answer closed
     CONTACT_ID = "contactId"  # the question a withdrawal took back
+    CHECKPOINT = "checkpoint"  # a task's saved state: {taskId, attempt, savedAt, state}
 
 
 class DecisionAction(StrEnum):
@@ -251,6 +254,7 @@ class EventType(StrEnum):
     LEADER_STARTED = "leader.started"
     LEADER_STOPPED = "leader.stopped"
     LEADER_ERROR = "leader.error"
+    LEADER_CRASHED = "leader.crashed"
     TASK_QUEUED = "task.queued"
     TASK_STARTED = "task.started"
     TASK_WAITING = "task.waiting"
@@ -261,6 +265,8 @@ class EventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     TASK_FAILED = "task.failed"
     TASK_CANCELLED = "task.cancelled"
+    TASK_INTERRUPTED = "task.interrupted"
+    TASK_CHECKPOINTED = "task.checkpointed"
     SUPERVISOR_CONTACT = "supervisor.contact"
     SUPERVISOR_REPORT = "supervisor.report"
     SUPERVISOR_MALFORMED = "supervisor.malformed"
@@ -269,10 +275,12 @@ class EventType(StrEnum):
     AGENT_FOLLOWED_UP = "agent.followed_up"
     AGENT_NUDGED = "agent.nudged"
     AGENT_ERROR = "agent.error"
+    AGENT_SESSION = "agent.session"
     MAILBOX_DELIVERED = "mailbox.delivered"
     MAILBOX_ACKNOWLEDGED = "mailbox.acknowledged"
     MAILBOX_REJECTED = "mailbox.rejected"
     MAILBOX_DROPPED = "mailbox.dropped"
+    MAILBOX_HELD = "mailbox.held"
     OWNERSHIP_OVERRIDDEN = "ownership.overridden"
     OWNERSHIP_TRANSFERRED = "ownership.transferred"
     ATTENTION_DECISION = "attention.decision"

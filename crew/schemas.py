@@ -17,7 +17,15 @@ from pydantic import BaseModel, TypeAdapter
 from crew import config, models
 from crew.config import CrewConfig
 from crew.errors import UsageError
-from crew.models import Event, LeaderInfo, MailboxMessage, Run, SupervisorContact, Task
+from crew.models import (
+    Checkpoint,
+    Event,
+    LeaderInfo,
+    MailboxMessage,
+    Run,
+    SupervisorContact,
+    Task,
+)
 from crew.results.admin import SchemaDoc
 
 #: name -> (what it describes, the type)
@@ -28,6 +36,7 @@ SCHEMAS: dict[str, tuple[str, Any]] = {
     "event": ("one line of `events.jsonl`", Event),
     "message": ("one line of `inbox.jsonl`, `outbox.jsonl` or `steering.jsonl`", MailboxMessage),
     "contact": ("a worker's open question (`Task.contact`)", SupervisorContact),
+    "checkpoint": ("`checkpoints/<taskId>.json`: the last state a task saved", Checkpoint),
     "leader": ("`.runtime/leader.json`: the leader lease", LeaderInfo),
     "config": ("`crew.toml`: the crew definition", CrewConfig),
 }

@@ -222,8 +222,8 @@ def test_a_task_over_its_timeout_is_stopped_failed_and_retried(tmp_path: Path, h
     assert leader.finish() == 1
     store = store_of(home, leader.run_id)
     task = store.state().tasks["t"]
-    assert task.status is TaskStatus.FAILED and task.attempt == 2
-    assert task.error == "timed out after 500ms of running (attempt 2 of 2)"
+    assert task.status is TaskStatus.FAILED and task.attempt == 2 and task.failures == 2
+    assert task.error == "timed out after 500ms of running (failed attempt 2 of 2)"
     retried = [e for e in events_of(store) if e.type is EventType.TASK_RETRIED]
     assert len(retried) == 1
     assert log_of(store, "t").count("attempt ") == 2
@@ -304,11 +304,9 @@ def test_a_second_leader_is_refused_with_the_first_named(tmp_path: Path, home: H
 
 
 def test_kill_9_while_waiting_then_respond_then_resume(tmp_path: Path, home: Home) -> None:
-    write_crew(
-        tmp_path,
-        [{"id": "t", "prompt": "ask:need_input:Which database? ; read ; exit:0"}],
-        agent={"maxAttempts": 2},
-    )
+    """The answer sent while no leader ran reaches the next attempt, which asks the same question;
+    the interrupted attempt costs nothing of the default maxAttempts = 1."""
+    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:Which database? ; read ; exit:0"}])
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
@@ -317,46 +315,47 @@ def test_kill_9_while_waiting_then_respond_then_resume(tmp_path: Path, home: Hom
 
     leader.process.kill()  # SIGKILL: no goodbye
     leader.finish()
-    first_answer = verbs.respond(store, "t", "sqlite", session=SESSION).message  # no leader now
+    answer = verbs.respond(store, "t", "sqlite", session=SESSION).message  # no leader now
     resumed = Leader("resume", leader.run_id, cwd=tmp_path)
-    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
-    assert task.attempt == 2
-    verbs.respond(store, "t", "postgres", session=SESSION)
 
     assert resumed.finish() == 0
     state = store.state()
     assert state.run.status is RunStatus.COMPLETED and state.run.leader_epoch >= 2
-    rejected = next(m for m in store.messages(Box.INBOX) if m.id == first_answer.id)
-    assert (
-        rejected.status is MessageStatus.REJECTED
-        and rejected.reason == "superseded: worker restarted"
-    )
+    task = state.tasks["t"]
+    assert task.attempt == 2 and task.failures == 0
+    (delivered,) = store.messages(Box.INBOX)
+    assert delivered.id == answer.id and delivered.status is not MessageStatus.PENDING
+    types = [e.type for e in events_of(store)]
+    assert EventType.TASK_INTERRUPTED in types and EventType.MAILBOX_HELD in types
     log = log_of(store, "t")
-    assert "attempt 2" in log and "got respond postgres" in log and "got respond sqlite" not in log
+    assert "attempt 2" in log and "got respond sqlite" in log
     eventually(lambda: not _alive(orphan))  # the old attempt's worker was stopped
 
 
-def test_resume_with_no_attempts_left_fails_the_task_with_the_reason(
+def test_an_answer_the_next_attempt_does_not_ask_for_is_never_given_to_it(
     tmp_path: Path, home: Home
 ) -> None:
-    write_crew(tmp_path, [{"id": "t", "prompt": "ask:need_input:x ; read ; exit:0"}])
+    asks = 'echo "@supervisor need_input: question $CREW_ATTEMPT"; read -r x; echo "got $x"'
+    write_crew(
+        tmp_path, [{"id": "t", "prompt": "p"}], command=["sh", "-c", asks], agent={"input": "text"}
+    )
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     wait_for_run(store, Until.WAITING, timeout=20)
     leader.process.kill()
     leader.finish()
-    verbs.respond(store, "t", "late", session=SESSION)
+    first = verbs.respond(store, "t", "for the first", session=SESSION).message
 
     resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.prompt == "question 2"
+    verbs.respond(store, "t", "for the second", session=SESSION)
 
-    assert resumed.finish() == 1
-    state = store.state()
-    assert state.tasks["t"].status is TaskStatus.FAILED
-    assert state.tasks["t"].error == "the leader stopped while it ran"
-    (answer,) = store.messages(Box.INBOX)
-    assert (
-        answer.status is MessageStatus.REJECTED and answer.reason == "superseded: worker restarted"
-    )
+    assert resumed.finish() == 0
+    held = next(m for m in store.messages(Box.INBOX) if m.id == first.id)
+    assert held.status is MessageStatus.REJECTED and held.reason == "task completed before delivery"
+    log = log_of(store, "t")
+    assert "got for the second" in log and "got for the first" not in log
 
 
 def test_a_stale_leader_writes_nothing_once_fenced(tmp_path: Path, home: Home) -> None:

@@ -41,7 +41,14 @@ class Withdrawn:
     reason: str = ""
 
 
-Signal = Parsed | TurnEnd | AgentError | Withdrawn
+@dataclass(frozen=True)
+class SessionStarted:
+    """The agent named its own session: a later attempt of the task can resume it."""
+
+    session_id: str
+
+
+Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted
 
 
 @dataclass
@@ -67,6 +74,13 @@ class Adapter(Protocol):
     #: Environment variables the agent needs to speak the protocol crew expects (the agent's
     #: own `env` in crew.toml can still override them).
     environment: dict[str, str]
+    #: The worker reads plain lines, so any line is the answer to its open question: while one
+    #: is open, nothing but the answer may be written to it.
+    answers_only_while_asking: bool
+
+    def command(self, argv: list[str], task: Task) -> list[str]:
+        """The command line of this attempt: crew.toml's `argv`, plus whatever makes the agent
+        resume its own session (`task.session`, from an earlier attempt) where it can."""
 
     def start(self, task: Task) -> Reaction:
         """The worker has just started: a handshake, the first prompt, or nothing."""

@@ -62,6 +62,7 @@ class _Request:
 class ClaudeCodeAdapter:
     agent: AgentConfig
     merge_stderr: bool = False
+    answers_only_while_asking: bool = False  # questions are answered in the protocol's terms
     #: Session state events make `idle` (the authoritative end of a turn) visible.
     environment: dict[str, str] = field(
         default_factory=lambda: {"CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS": "1"}
@@ -80,6 +81,9 @@ class ClaudeCodeAdapter:
     _logged_out: bool = False
 
     # ------------------------------------------------------------------ to claude
+
+    def command(self, argv: list[str], task: Task) -> list[str]:
+        return argv
 
     def start(self, task: Task) -> Reaction:
         return Reaction(write=self._user(task.prompt))

@@ -74,6 +74,7 @@ class _Call:
 class CodexAdapter:
     agent: AgentConfig
     merge_stderr: bool = False
+    answers_only_while_asking: bool = False  # questions are answered in the protocol's terms
     environment: dict[str, str] = field(default_factory=dict)
     thread: str | None = None
     #: The active turn's id.
@@ -98,6 +99,9 @@ class CodexAdapter:
     _retrying: bool = False
 
     # ------------------------------------------------------------------ to codex
+
+    def command(self, argv: list[str], task: Task) -> list[str]:
+        return argv
 
     def start(self, task: Task) -> Reaction:
         self._prompt = task.prompt

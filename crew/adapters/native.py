@@ -19,9 +19,12 @@ class CrewAdapter:
     environment: dict[str, str] = {}  # noqa: RUF012  # never changed: the protocol needs nothing
 
     def __init__(self, agent: AgentConfig) -> None:
-        self._frame: Callable[[MailboxMessage], bytes] = (
-            text_frame if agent.input is AgentInput.TEXT else json_frame
-        )
+        plain = agent.input is AgentInput.TEXT
+        self._frame: Callable[[MailboxMessage], bytes] = text_frame if plain else json_frame
+        self.answers_only_while_asking = plain
+
+    def command(self, argv: list[str], task: Task) -> list[str]:
+        return argv
 
     def start(self, task: Task) -> Reaction:
         return Reaction()  # the prompt reaches the worker through {prompt} in its command
@@ -43,3 +46,4 @@ class TextAdapter(CrewAdapter):
     def __init__(self, agent: AgentConfig) -> None:
         super().__init__(agent)
         self._frame = text_frame
+        self.answers_only_while_asking = True

@@ -44,6 +44,7 @@ class _Dialog:
 class PiAdapter:
     agent: AgentConfig
     merge_stderr: bool = False
+    answers_only_while_asking: bool = False  # questions are answered in the protocol's terms
     environment: dict[str, str] = field(default_factory=dict)
     busy: bool = False
     _count: int = 0
@@ -51,6 +52,9 @@ class PiAdapter:
     _error: str | None = None
 
     # ------------------------------------------------------------------ to pi
+
+    def command(self, argv: list[str], task: Task) -> list[str]:
+        return argv
 
     def start(self, task: Task) -> Reaction:
         return Reaction(write=self._prompt(task.prompt))

@@ -52,7 +52,7 @@ def schema(
     name: Annotated[
         str | None,
         typer.Argument(
-            help="manifest, tasks, task, event, message, contact, leader or config "
+            help="manifest, tasks, task, event, message, contact, checkpoint, leader or config "
             "(default: all of them).",
             metavar="NAME",
             show_default=False,

@@ -20,6 +20,7 @@ from crew.models import MailboxMessage, SupervisorContact, Task
 from crew.registry import (
     INBOUND_BOXES,
     LEADER,
+    Box,
     ContactType,
     Direction,
     EventData,
@@ -228,12 +229,16 @@ def reject_undeliverable(txn: Txn, ended: Iterable[Task]) -> None:
 
 def restart(txn: Txn, task: Task, *, retrying: bool) -> None:
     """The worker of `task.attempt` is gone. What was pending for it: steers and follow-ups
-    stay for the next attempt, answers and nudges are rejected (they belong to the questions
-    and silences of the old one). With `retrying`, the steers and follow-ups the old attempt
-    was given are sent again, as new messages, since the next attempt starts over."""
+    stay for the next attempt; an answer is held until the next attempt asks its question again
+    (`answer_held_for`); nudges, and answers that fit no question, are rejected. With
+    `retrying`, the steers and follow-ups the old attempt was given are sent again, as new
+    messages, since the next attempt starts over."""
     for message in to_task(txn, task.id):
         if message.status is MessageStatus.PENDING:
-            if message.kind in _OF_ONE_ATTEMPT:
+            question = _question_answered(txn, message) if retrying else None
+            if question is not None:
+                _hold(txn, message, question)
+            elif message.kind in _OF_ONE_ATTEMPT:
                 reject(txn, message, SUPERSEDED)
         elif (
             retrying
@@ -241,6 +246,62 @@ def restart(txn: Txn, task: Task, *, retrying: bool) -> None:
             and (message.data or {}).get(MessageData.ATTEMPT) == task.attempt
         ):
             _carry_over(txn, message)
+
+
+def answer_held_for(txn: Txn, question: SupervisorContact) -> MailboxMessage | None:
+    """The answer held for this question since the task's last attempt asked it (the same type,
+    prompt and options), made the answer to it; None if there is none. Not recorded: the
+    task's change (crew.domain.tasks.answer) records it."""
+    asked = _question_key(question.type.value, question.prompt, question.options)
+    for message in to_task(txn, question.task_id):
+        held = (message.data or {}).get(MessageData.AWAITS_QUESTION)
+        if message.status is MessageStatus.PENDING and held == asked:
+            data = dict(message.data or {})
+            del data[MessageData.AWAITS_QUESTION]
+            data[MessageData.CONTACT_ID] = question.id
+            return message.model_copy(update={"data": data})
+    return None
+
+
+def is_held(message: MailboxMessage) -> bool:
+    """An answer waiting for its question to be asked again: not to be delivered yet."""
+    return MessageData.AWAITS_QUESTION in (message.data or {})
+
+
+def _question_answered(txn: Txn, message: MailboxMessage) -> dict[str, Any] | None:
+    """The question an answer answers ({type, prompt, options}), from the worker's contact in
+    outbox.jsonl; None for anything else (a nudge, a steer, an answer that cleared a flag)."""
+    data = message.data or {}
+    if message.kind is not MessageKind.RESPOND:
+        return None
+    if MessageData.AWAITS_QUESTION in data:  # held before: it stays held
+        held = data[MessageData.AWAITS_QUESTION]
+        return held if isinstance(held, dict) else None
+    contact_id = data.get(MessageData.CONTACT_ID)
+    if contact_id is None:
+        return None
+    for asked in txn.messages(Box.OUTBOX).values():
+        facts = asked.data or {}
+        if asked.kind is MessageKind.CONTACT and facts.get(MessageData.CONTACT_ID) == contact_id:
+            kind = str(facts.get(MessageData.CONTACT_TYPE))
+            return _question_key(kind, asked.body, facts.get(MessageData.OPTIONS, []))
+    return None
+
+
+def _question_key(kind: str, prompt: str, options: list[str]) -> dict[str, Any]:
+    return {"type": kind, "prompt": prompt, "options": list(options)}
+
+
+def _hold(txn: Txn, message: MailboxMessage, question: dict[str, Any]) -> None:
+    if (message.data or {}).get(MessageData.AWAITS_QUESTION) == question:
+        return
+    data = {**(message.data or {}), MessageData.AWAITS_QUESTION: question}
+    txn.record(
+        EventType.MAILBOX_HELD,
+        message=f"answer {message.id} to {message.task_id} held until its next attempt asks "
+        f"{short(question['prompt'], 60)!r} again",
+        mail=message.model_copy(update={"data": data}),
+    )
 
 
 def _carry_over(txn: Txn, message: MailboxMessage) -> None:

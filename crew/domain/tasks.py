@@ -17,7 +17,7 @@ from typing import Any
 from crew.config import CrewConfig, TaskConfig
 from crew.domain import mailbox
 from crew.errors import Refused
-from crew.models import MailboxMessage, SupervisorContact, Task
+from crew.models import Checkpoint, MailboxMessage, SupervisorContact, Task
 from crew.registry import (
     LIVE_TASK_STATUSES,
     TASK_STATUS_EVENT,
@@ -118,13 +118,15 @@ def exited(
 
 
 def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
-    """The attempt ended without completing: queue a new attempt, or fail the task when its
-    attempts are spent. What was pending for the old attempt is settled (crew.domain.mailbox)."""
+    """The attempt failed (`why`): queue a new attempt, or fail the task when `maxAttempts`
+    failures are spent. What was pending for the old attempt is settled (crew.domain.mailbox)."""
     task = txn.task(task_id)
-    retrying = task.attempt < task.max_attempts
+    failures = task.failures + 1
+    retrying = failures < task.max_attempts
     mailbox.restart(txn, task, retrying=retrying)
     if task.max_attempts > 1:
-        why = f"{why} (attempt {task.attempt} of {task.max_attempts})"
+        why = f"{why} (failed attempt {failures} of {task.max_attempts})"
+    changes["failures"] = failures
     if not retrying:
         return transition(
             txn,
@@ -145,6 +147,23 @@ def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
         nudges=0,
         error=why,
         **changes,
+    )
+
+
+def interrupt(txn: Txn, task_id: str, why: str) -> Task:
+    """The attempt was cut short by the leader's end (a crash, a kill, Ctrl-C, a takeover): not
+    the task's failure, so it does not count against `maxAttempts`. The task is queued for its
+    next attempt, which is given what the interrupted one was (crew.domain.mailbox.restart)."""
+    task = txn.task(task_id)
+    mailbox.restart(txn, task, retrying=True)
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.QUEUED,
+        event_type=EventType.TASK_INTERRUPTED,
+        message=f"task {task_id}'s attempt {task.attempt} was interrupted ({why}): queued again",
+        **_NO_QUESTION,
+        nudges=0,
     )
 
 
@@ -218,6 +237,33 @@ def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
         + (f": {reason}" if reason else ""),
         data={EventData.CONTACT_ID: task.contact.id},
         **_NO_QUESTION,
+    )
+
+
+def checkpoint(txn: Txn, task_id: str, state: Any) -> Checkpoint:
+    """The worker saved its progress: the task's next attempt gets it back."""
+    task = txn.task(task_id)
+    saved = Checkpoint(task_id=task_id, attempt=max(task.attempt, 1), saved_at=txn.at, state=state)
+    txn.record(
+        EventType.TASK_CHECKPOINTED,
+        task_id=task_id,
+        message=f"{task_id} saved a checkpoint (attempt {saved.attempt})",
+        checkpoint=saved,
+    )
+    return saved
+
+
+def remember_session(txn: Txn, task_id: str, session_id: str) -> Task | None:
+    """The agent named its own session: a later attempt resumes it (None if already known)."""
+    task = txn.task(task_id)
+    if task.session == session_id:
+        return None
+    return _update(
+        txn,
+        task,
+        EventType.AGENT_SESSION,
+        message=f"{task_id}'s agent session is {session_id}",
+        session=session_id,
     )
 
 

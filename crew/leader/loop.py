@@ -181,9 +181,7 @@ class Leader:
         agent = run.config.agents[task.agent]
         attempt = task.attempt + 1
         adapter = adapter_for(agent)
-        launch = spawn.launch_for(
-            run, task, agent, self.paths, attempt=attempt, protocol_env=adapter.environment
-        )
+        launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
         try:
             worker = start_worker(
                 launch, adapter, self.paths, task_id=task.id, attempt=attempt, now=time.monotonic()
@@ -302,7 +300,8 @@ class Leader:
                 continue
             if worker.to_write or worker.exited or worker.stopping:
                 continue
-            due = self.view.pending.due(task)
+            plain = worker.adapter.answers_only_while_asking
+            due = self.view.pending.due(task, answers_only_while_asking=plain)
             if not due:
                 continue
             reaction = Reaction()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from crew.domain import mailbox
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage, Task
-from crew.registry import Direction, MessageKind, MessageStatus, TaskStatus
+from crew.registry import Direction, MessageData, MessageKind, MessageStatus, TaskStatus
 from crew.store.state import RunState
 
 
@@ -31,17 +32,26 @@ def ready(state: RunState, running: Collection[str], max_parallel: int) -> list[
 
 
 def deliverable(
-    messages: Iterable[MailboxMessage], task: Task, order: dict[str, int]
+    messages: Iterable[MailboxMessage],
+    task: Task,
+    order: dict[str, int],
+    *,
+    answers_only_while_asking: bool = False,
 ) -> list[MailboxMessage]:
     """The pending messages a live task may be given now, in delivery order: respond, steer,
     nudge, followUp, first-written first within each. A follow-up waits while the task waits for
-    an answer (or is flagged): the answer comes first."""
+    an answer (or is flagged): the answer comes first. An answer held for a question a restarted
+    task has not asked again waits for it. A worker that reads plain lines takes any line for the
+    answer to its open question (`answers_only_while_asking`): nothing else is given to it then."""
+    asking = answers_only_while_asking and task.contact is not None
     due = [
         m
         for m in messages
         if m.task_id == task.id
         and m.status is MessageStatus.PENDING
         and (m.kind is not MessageKind.FOLLOW_UP or task.status is TaskStatus.RUNNING)
+        and not mailbox.is_held(m)
+        and (m.kind is MessageKind.RESPOND or not asking)
     ]
     due.sort(key=lambda m: (m.kind.delivery_rank, order.get(m.id, 0)))
     return due
@@ -84,7 +94,9 @@ class Pending:
         """Take in the latest known line of a message (lines may repeat when a file is re-read)."""
         if message.direction is not Direction.INBOX:
             return
-        self._order.setdefault(message.id, len(self._order))
+        # A copy carried over to a new attempt keeps its original's place: the order accepted.
+        original = str((message.data or {}).get(MessageData.CARRIED_FROM))
+        self._order.setdefault(message.id, self._order.get(original, len(self._order)))
         waiting = self._by_task.setdefault(message.task_id, {})
         if message.status is not MessageStatus.PENDING:
             waiting.pop(message.id, None)
@@ -92,9 +104,12 @@ class Pending:
         elif message.id not in self._settled:
             waiting[message.id] = message
 
-    def due(self, task: Task) -> list[MailboxMessage]:
+    def due(self, task: Task, *, answers_only_while_asking: bool = False) -> list[MailboxMessage]:
         """What the task's worker may be given now (see `deliverable`)."""
-        return deliverable(self._by_task.get(task.id, {}).values(), task, self._order)
+        waiting = self._by_task.get(task.id, {}).values()
+        return deliverable(
+            waiting, task, self._order, answers_only_while_asking=answers_only_while_asking
+        )
 
     def any_for(self, task_id: str, kind: MessageKind | None = None) -> bool:
         """Whether anything (of `kind`) waits for the task."""

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from crew import ids
-from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, SessionStarted, Signal, TurnEnd, Withdrawn
 from crew.config import AutoRespondRule
 from crew.domain import mailbox, tasks
 from crew.models import SupervisorContact, Task
-from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report
+from crew.protocol import Ack, CheckpointRecord, Contact, DecisionRecord, Malformed, Report
 from crew.registry import LIVE_TASK_STATUSES, EventType
 from crew.store.txn import Txn
 from crew.text import short
@@ -80,7 +80,7 @@ def auto_answer(
 # ----------------------------------------------------------------------------- the handlers
 
 
-def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> SupervisorContact:
+def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> SupervisorContact | None:
     agent.turn_ended = False
     question = SupervisorContact(
         id=ids.new_contact_id(),
@@ -92,6 +92,10 @@ def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> Supervis
     )
     mailbox.contact(txn, question)
     tasks.wait(txn, question)
+    held = mailbox.answer_held_for(txn, question)  # answered before the worker restarted
+    if held is not None:
+        tasks.answer(txn, task_id, held)
+        return None
     return question
 
 
@@ -105,6 +109,14 @@ def _acknowledged(txn: Txn, task_id: str, agent: AgentState, item: Ack) -> None:
 
 def _decided(txn: Txn, task_id: str, agent: AgentState, item: DecisionRecord) -> None:
     mailbox.decide(txn, task_id, item.data)
+
+
+def _checkpointed(txn: Txn, task_id: str, agent: AgentState, item: CheckpointRecord) -> None:
+    tasks.checkpoint(txn, task_id, item.state)
+
+
+def _session(txn: Txn, task_id: str, agent: AgentState, item: SessionStarted) -> None:
+    tasks.remember_session(txn, task_id, item.session_id)
 
 
 def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> None:
@@ -154,8 +166,10 @@ _HANDLERS: dict[type, _Handler] = {
     Report: _reported,
     Ack: _acknowledged,
     DecisionRecord: _decided,
+    CheckpointRecord: _checkpointed,
     Malformed: _malformed,
     TurnEnd: _turn_ended,
     Withdrawn: _withdrawn,
     AgentError: _agent_error,
+    SessionStarted: _session,
 }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crew import env
+from crew.adapters.base import Adapter
 from crew.config import AgentConfig
 from crew.models import Run, Task
 from crew.paths import RunPaths
@@ -33,11 +34,12 @@ def launch_for(
     task: Task,
     agent: AgentConfig,
     paths: RunPaths,
+    adapter: Adapter,
     *,
     attempt: int,
-    protocol_env: dict[str, str] | None = None,
 ) -> Launch:
-    """The command line, folder and environment of a task's worker."""
+    """The command line, folder and environment of a task's worker (the adapter adds what its
+    protocol needs, and what resumes the agent's own session)."""
     values = {
         "prompt": task.prompt,
         "task": task.id,
@@ -46,12 +48,13 @@ def launch_for(
         "python": sys.executable,  # the interpreter that runs crew: it can import crew.worker
     }
     argv = [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], arg) for arg in agent.command]
+    argv = adapter.command(argv, task)
     crew_dir = Path(run.crew_dir)
     cwd = (crew_dir / agent.cwd) if agent.cwd is not None else paths.home.project_dir
     variables = {
         **os.environ,
         env.HOME.name: str(paths.home.root),  # a worker's own `crew` commands find its run
-        **(protocol_env or {}),
+        **adapter.environment,
         **agent.env,
         env.RUN_ID.name: run.run_id,
         env.TASK_ID.name: task.id,
@@ -59,6 +62,11 @@ def launch_for(
         env.STATE_DIR.name: str(paths.root),
         env.PROTOCOL.name: PROTOCOL_VERSION,
     }
+    checkpoint = paths.checkpoint(task.id)
+    if checkpoint.is_file():  # an earlier attempt saved its progress
+        variables[env.CHECKPOINT.name] = str(checkpoint)
+    else:
+        variables.pop(env.CHECKPOINT.name, None)
     return Launch(argv, cwd, variables)
 
 

@@ -19,9 +19,8 @@ class Takeover:
     """What becoming the leader involved."""
 
     lease: LeaderInfo
-    #: Tasks put back in the queue for a new attempt (resume), and those with none left.
+    #: Tasks put back in the queue for a new attempt (resume).
     requeued: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
     #: Workers of the previous leader that were still running, and how they were stopped.
     stopped: list[Stopped] = field(default_factory=list)
 
@@ -31,8 +30,9 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
 
     The epoch goes up by one, so a previous leader that is merely hung stops at its next write.
     With `resume`, every task that was running, waiting or flagged goes back to the queue for a
-    new attempt (or fails when its attempts are spent), and the previous leader's workers are
-    stopped — each only after checking its pid still belongs to that task's attempt.
+    new attempt: its attempt was interrupted, which does not count against `maxAttempts`. The
+    previous leader's workers are stopped — each only after checking its pid still belongs to
+    that task's attempt.
     """
     orphans: list[tuple[str, int, int]] = []
     with domain.change(store) as txn:
@@ -54,12 +54,12 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
                     continue
                 if task.pid is not None:
                     orphans.append((task.id, task.pid, task.attempt))
-                after = tasks.requeue(txn, task.id, "the leader stopped while it ran")
-                (result.failed if after.status.terminal else result.requeued).append(task.id)
+                tasks.interrupt(txn, task.id, "the leader stopped while it ran")
+                result.requeued.append(task.id)
             txn.record(
                 EventType.RUN_RESUMED,
                 message=f"run resumed by {session}: {len(result.requeued)} task(s) queued again",
-                data={"requeued": result.requeued, "failed": result.failed},
+                data={"requeued": result.requeued},
             )
         write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
     result.stopped = [

@@ -19,7 +19,16 @@ from typing import Any
 
 from crew import faults
 from crew.errors import Corrupt, NotFound, Refused, StaleLeader
-from crew.models import STATE_VERSION, Event, MailboxMessage, Run, RunAdapter, Task, TaskList
+from crew.models import (
+    STATE_VERSION,
+    Checkpoint,
+    Event,
+    MailboxMessage,
+    Run,
+    RunAdapter,
+    Task,
+    TaskList,
+)
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
 from crew.store import jsonl, snapshot
@@ -29,6 +38,7 @@ from crew.store.state import (
     Recovery,
     RunState,
     apply_event,
+    checkpoints_in,
     messages_by_box,
     ordered,
     rebuild,
@@ -100,6 +110,13 @@ class RunStore:
             return None
         return value if isinstance(value, int) else None
 
+    def checkpoint(self, task_id: str) -> Checkpoint | None:
+        """The last state a task saved (None if it never did, or the file cannot be read)."""
+        try:
+            return Checkpoint.model_validate_json(self.paths.checkpoint(task_id).read_bytes())
+        except (OSError, ValueError):
+            return None
+
     def history(self, box: Box) -> list[MailboxMessage]:
         """Every line of a mailbox file: each status change of each message, in order."""
         return jsonl.read(self.paths.box(box), MailboxMessage).records
@@ -153,6 +170,12 @@ class RunStore:
             data = snapshot.dump_model(state.run)
             snapshot.write_atomic(self.paths.manifest, data)
             self._snapshots[self.paths.manifest] = (data, state.run)
+
+    def write_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Replace a task's checkpoint file. Caller holds the lock."""
+        make_dirs(self.paths.checkpoints_dir)
+        path = self.paths.checkpoint(checkpoint.task_id)
+        snapshot.write_atomic(path, snapshot.dump_model(checkpoint))
 
     def write_applied(self, seq: int) -> None:
         """Record the last seq the files reflect. Caller holds the lock.
@@ -226,6 +249,7 @@ class RunStore:
                 )
         if recovery.mismatch:
             repairs.append("rewrote tasks.json and manifest.json to match events.jsonl")
+        repairs.extend(self._rewrite_checkpoints(recovery.unapplied))
         if recovery.full:
             repairs.extend(self._reconcile_mailbox_full(recovery.unapplied))
         else:
@@ -314,6 +338,16 @@ class RunStore:
             if missing:
                 jsonl.append(path, [m.to_line() for m in missing])
                 repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
+        return repairs
+
+    def _rewrite_checkpoints(self, events: list[Event]) -> list[str]:
+        """Write the latest checkpoint the events carry where its file does not hold it."""
+        repairs: list[str] = []
+        for checkpoint in checkpoints_in(events).values():
+            if self.checkpoint(checkpoint.task_id) == checkpoint:
+                continue
+            self.write_checkpoint(checkpoint)
+            repairs.append(f"re-wrote {self.paths.checkpoint(checkpoint.task_id).name}")
         return repairs
 
     def _reconcile_mailbox_full(self, events: list[Event]) -> list[str]:

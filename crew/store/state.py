@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crew.errors import NotFound
-from crew.models import Event, MailboxMessage, Run, Task
+from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData
 
 #: Task fields the leader refreshes without an event (too frequent to log); ignored when comparing
@@ -143,4 +143,15 @@ def messages_by_box(events: list[Event]) -> dict[Box, list[MailboxMessage]]:
         if raw is not None:
             mail = MailboxMessage.model_validate(raw)
             found.setdefault(mail.kind.box, []).append(mail)
+    return found
+
+
+def checkpoints_in(events: list[Event]) -> dict[str, Checkpoint]:
+    """The last checkpoint each task saved, as a list of events carries them."""
+    found: dict[str, Checkpoint] = {}
+    for event in events:
+        raw = (event.data or {}).get(EventData.CHECKPOINT)
+        if raw is not None:
+            checkpoint = Checkpoint.model_validate(raw)
+            found[checkpoint.task_id] = checkpoint
     return found

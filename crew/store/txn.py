@@ -6,7 +6,7 @@ Commit writes, in this order:
 
 1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point;
 2. the mailbox lines, one `write()` per mailbox file;
-3. tasks.json and manifest.json, if they changed (atomic replace);
+3. tasks.json and manifest.json, if they changed, and checkpoints (atomic replace);
 4. `.runtime/applied`: the last seq the files now reflect.
 
 A crash between 1 and 4 leaves events that the other files do not reflect yet; the next writer
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from crew import clock
 from crew.errors import StoreError
 from crew.ids import new_event_id
-from crew.models import Event, MailboxMessage, Run, Task
+from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType
 from crew.store import jsonl
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
@@ -48,6 +48,7 @@ class Txn:
         self._tasks_dirty = False
         self._run_dirty = False
         self._staged: dict[Box, dict[str, MailboxMessage]] = {}
+        self._checkpoints: list[Checkpoint] = []
 
     @property
     def run(self) -> Run:
@@ -72,8 +73,10 @@ class Txn:
         task: Task | None = None,
         run: Run | None = None,
         mail: MailboxMessage | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> Event:
-        """Stage an event; `task`, `run` and `mail` are new state it carries (and applies)."""
+        """Stage an event; `task`, `run`, `mail` and `checkpoint` are new state it carries (and
+        applies)."""
         payload = dict(data or {})
         if task is not None:
             self.state.tasks[task.id] = task
@@ -89,6 +92,10 @@ class Txn:
             self._staged.setdefault(mail.kind.box, {})[mail.id] = mail
             payload[EventData.MESSAGE] = mail.to_dict()
             task_id = task_id or mail.task_id
+        if checkpoint is not None:
+            self._checkpoints.append(checkpoint)
+            payload[EventData.CHECKPOINT] = checkpoint.to_dict()
+            task_id = task_id or checkpoint.task_id
         self._last_seq += 1
         event = Event(
             id=new_event_id(),
@@ -135,6 +142,8 @@ class Txn:
             for box, lines in by_box.items():
                 jsonl.append(paths.box(box), lines)
             self.store.write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
+            for checkpoint in self._checkpoints:
+                self.store.write_checkpoint(checkpoint)
             self.store.write_applied(self._last_seq)
         except StoreError as error:
             raise StoreError(
