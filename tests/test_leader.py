@@ -15,7 +15,7 @@ import pytest
 from conftest import SESSION
 from leaders import Leader, eventually, store_of, write_crew
 
-from crew import verbs
+from crew import clock, verbs
 from crew.domain import change
 from crew.models import Event
 from crew.paths import Home
@@ -266,6 +266,35 @@ def test_a_silent_worker_is_nudged_once_then_flagged(tmp_path: Path, home: Home)
     assert state.run.status is RunStatus.NEEDS_REVIEW
     verbs.cancel(store, session=SESSION)
     assert leader.finish() == 1
+
+
+def test_a_flag_a_person_clears_is_not_raised_again_at_once(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "quiet", "prompt": "sleep:60"}],
+        agent={"stallAfter": "1s", "maxNudges": 1},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["quiet"].status is TaskStatus.NEEDS_REVIEW, timeout=15)
+
+    verbs.respond(store, "quiet", "carry on", session=SESSION)
+
+    def flags() -> list[Event]:
+        return [e for e in events_of(store) if e.type is EventType.TASK_FLAGGED]
+
+    eventually(lambda: len(flags()) == 2, timeout=15)
+    verbs.cancel(store, session=SESSION, grace=0.1)
+    leader.finish()
+    events = events_of(store)
+    cleared = next(e for e in events if e.type is EventType.TASK_RESPONDED)
+    after = [e for e in events if e.seq > cleared.seq and e.task_id == "quiet"]
+    kinds = [e.type for e in after if e.type in {EventType.AGENT_NUDGED, EventType.TASK_FLAGGED}]
+    assert kinds[:2] == [EventType.AGENT_NUDGED, EventType.TASK_FLAGGED]  # nudged first, again
+    assert cleared.data is not None and cleared.data["task"]["nudges"] == 0
+    nudged = next(e for e in after if e.type is EventType.AGENT_NUDGED)
+    silence = clock.parse_timestamp(nudged.at) - clock.parse_timestamp(cleared.at)
+    assert silence.total_seconds() >= 0.9  # a whole stallAfter of silence, not a moment
 
 
 def test_auto_respond_answers_known_questions_unattended(tmp_path: Path, home: Home) -> None:

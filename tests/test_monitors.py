@@ -62,7 +62,7 @@ def test_with_max_nudges_zero_a_silent_task_is_flagged_at_once() -> None:
 
 def test_a_waiting_task_is_never_judged_stalled_but_can_wait_too_long() -> None:
     clock = Clock(started=0, last_output=0)
-    clock.set_waiting(True, 1)
+    clock.observe(TaskStatus.WAITING, 1)
     rules = agent(stallAfter=1, waitTimeout=100)
 
     assert judge(task(TaskStatus.WAITING), rules, clock, 50, nudge_pending=False).action is None
@@ -73,8 +73,8 @@ def test_a_waiting_task_is_never_judged_stalled_but_can_wait_too_long() -> None:
 
 def test_time_spent_waiting_does_not_count_against_the_timeout() -> None:
     clock = Clock(started=0, last_output=0)
-    clock.set_waiting(True, 10)
-    clock.set_waiting(False, 70)  # a person took a minute to answer
+    clock.observe(TaskStatus.WAITING, 10)
+    clock.observe(TaskStatus.RUNNING, 70)  # a person took a minute to answer
     rules = agent(timeout=30)
 
     assert judge(task(), rules, clock, 85, nudge_pending=False).action is None
@@ -93,3 +93,14 @@ def test_a_flagged_task_still_times_out_but_is_not_nudged() -> None:
         judge(task(TaskStatus.NEEDS_REVIEW), rules, clock, 30, nudge_pending=False).action
         is Action.TIME_OUT
     )
+
+
+def test_a_flag_a_person_clears_starts_the_silence_clock_again() -> None:
+    clock = Clock(started=0, last_output=0, last_nudge=10)
+    rules = agent(stallAfter=5, maxNudges=1)
+    clock.observe(TaskStatus.NEEDS_REVIEW, 20)  # flagged at 20: silent since 0, nudged at 10
+    clock.observe(TaskStatus.RUNNING, 30)  # answered at 30
+
+    assert judge(task(), rules, clock, 34, nudge_pending=False).action is None
+    verdict = judge(task(), rules, clock, 35, nudge_pending=False)
+    assert verdict.action is Action.NUDGE  # a fresh nudge first, not an immediate flag

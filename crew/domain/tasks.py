@@ -203,13 +203,17 @@ def wait(txn: Txn, question: SupervisorContact) -> Task:
 
 def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
     """A respond was sent (`message`, recorded with this change): the task runs again, its
-    question answered, or its flag cleared."""
+    question answered, or its flag cleared — a person has looked at it, so the count of
+    automatic nudges starts again (and the leader's silence clock with it)."""
     task = txn.task(task_id)
     question = task.contact
     data: dict[str, Any] = {}
+    changes: dict[str, Any] = {**_NO_QUESTION, "nudges": 0}
     if question is not None:
         closed = question.model_copy(update={"answered_at": txn.at, "answer_id": message.id})
         data[EventData.CONTACT] = closed.to_dict()
+    if task.status is TaskStatus.NEEDS_REVIEW:
+        changes["error"] = None  # why it was flagged: no longer true
     what = f"question {question.id}" if question else "flag"
     return transition(
         txn,
@@ -219,7 +223,7 @@ def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
         message=f"answered {task_id}'s {what}: {short(message.body)}",
         data=data,
         mail=message,
-        **_NO_QUESTION,
+        **changes,
     )
 
 

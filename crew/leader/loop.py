@@ -33,7 +33,6 @@ from crew.registry import (
     MessageKind,
     MessageSource,
     RunStatus,
-    TaskStatus,
 )
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
@@ -344,7 +343,7 @@ class Leader:
             task = self.state.tasks.get(worker.task_id)
             if task is None or task.status not in LIVE_TASK_STATUSES or worker.stopping:
                 continue
-            worker.clock.set_waiting(task.status is TaskStatus.WAITING, now)
+            worker.clock.observe(task.status, now)
             agent = self.state.run.config.agents[task.agent]
             nudging = self.view.pending.any_for(task.id, MessageKind.NUDGE)
             verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)

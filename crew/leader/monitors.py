@@ -41,6 +41,8 @@ class Clock:
     waiting_since: float | None = None
     #: When the stall monitor last nudged it.
     last_nudge: float | None = None
+    #: The task was flagged needs_review when last observed.
+    flagged: bool = False
 
     def output(self, now: float) -> None:
         self.last_output = now
@@ -49,12 +51,18 @@ class Clock:
         waiting = now - self.waiting_since if self.waiting_since is not None else 0.0
         return now - self.started - self.waited - waiting
 
-    def set_waiting(self, waiting: bool, now: float) -> None:
+    def observe(self, status: TaskStatus, now: float) -> None:
+        """The task's status now: time spent waiting is set aside, and a flag cleared by a
+        person starts the silence clock again (it is not stalled again a moment later)."""
+        waiting = status is TaskStatus.WAITING
         if waiting and self.waiting_since is None:
             self.waiting_since = now
         elif not waiting and self.waiting_since is not None:
             self.waited += now - self.waiting_since
             self.waiting_since = None
+        if self.flagged and status is not TaskStatus.NEEDS_REVIEW:
+            self.last_output, self.last_nudge = now, None
+        self.flagged = status is TaskStatus.NEEDS_REVIEW
 
 
 @dataclass(frozen=True)
