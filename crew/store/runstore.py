@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from crew import faults
-from crew.errors import Corrupt, NotFound, Refused, StaleLeader
+from crew.errors import Corrupt, CrewTimeout, NotFound, Refused, StaleLeader, StoreError
 from crew.models import (
     STATE_VERSION,
     Checkpoint,
@@ -33,7 +33,7 @@ from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
 from crew.store import jsonl, snapshot
 from crew.store.files import FILE_MODE, make_dirs
-from crew.store.lock import locked
+from crew.store.lock import lock_timeout, locked
 from crew.store.state import (
     Recovery,
     RunState,
@@ -55,6 +55,8 @@ _MESSAGE_RANK = {
 }
 
 Settle = Callable[[Txn], None]
+#: How long a reader waits for a writer to finish before reporting what it saw.
+READER_WAIT = 2.0
 #: Run.leader_epoch as manifest.json spells it.
 _EPOCH_KEY = "leaderEpoch"
 
@@ -82,8 +84,20 @@ class RunStore:
     # ---------------------------------------------------------------- reading
 
     def load(self) -> Recovery:
-        """The run's current state, correct even after a crash mid-write (nothing is written)."""
-        return self.recover()
+        """The run's current state, correct even after a crash mid-write (nothing is written).
+
+        Events beyond what the snapshots reflect are most often a writer between its commit
+        point and its last file: then the lock is held. The reader waits for it (briefly) and
+        looks again, so only a write that was really cut short is reported as one.
+        """
+        recovery = self.recover()
+        if not recovery.unapplied or recovery.full:
+            return recovery
+        try:
+            with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
+                return self.recover()
+        except (CrewTimeout, StoreError):  # a busy lock, or a folder it cannot take it in
+            return recovery
 
     def state(self) -> RunState:
         return self.load().state
