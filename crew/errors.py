@@ -27,7 +27,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
     ExitCode.FAILED: (
         "the run ended with failed tasks, or an unexpected error",
         "`crew run` with a failed task; `crew doctor` found problems; a state file that cannot "
-        "be read at all; a write that failed (disk full)",
+        "be read at all; a write that failed (disk full, a read-only folder); a leader that "
+        "crashed (`leader.crashed`: the run can be resumed)",
     ),
     ExitCode.USAGE: (
         "usage error",
@@ -43,7 +44,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
     ExitCode.REFUSED: (
         "refused: the request conflicts with the run's state",
         "the task is not waiting; the run has ended; the run belongs to another session (use "
-        "`--force`); a second leader; backpressure; a leader that another one took over",
+        "`--force`); a second leader; backpressure; a leader that another one took over; "
+        "`crew wait` on a run whose leader is gone (it cannot progress until `crew resume`)",
     ),
     ExitCode.NOT_FOUND: (
         "not found",
@@ -103,8 +105,23 @@ class StoreError(CrewError, exit_code=ExitCode.FAILED):
     """A write to the state directory failed (disk full, permissions); nothing was recorded."""
 
 
+class LeaderCrashed(CrewError, exit_code=ExitCode.FAILED):
+    """The leader met an error it cannot go on from; the run stays resumable."""
+
+
 class StaleLeader(CrewError, exit_code=ExitCode.REFUSED):
     """A leader found a newer epoch in the manifest: it was taken over and must stop."""
+
+
+def from_os_error(error: OSError) -> StoreError:
+    """An operating-system error (a read-only folder, a full disk, a missing permission) as one
+    sentence that names the file."""
+    what = error.strerror or str(error) or type(error).__name__
+    where = error.filename if error.filename is not None else "a file of the crew home"
+    return StoreError(
+        f"{what}: {where}.",
+        hint="crew reads and writes its state folder: check its permissions and free space.",
+    )
 
 
 def error_for(code: int, message: str) -> CrewError:

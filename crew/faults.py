@@ -9,6 +9,8 @@ first) it passes `<point>`. Points are named after what was just done:
     write:<file>      after a file is overwritten in place (applied, the store's marker)
     deliver           after the leader wrote messages to a worker's stdin, before recording it
     enospc:<file>     not a crash: the append fails as if the disk were full
+    raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
+                      leader's loop)
 
 Unset (always, outside tests), it costs one dictionary lookup per write.
 """
@@ -44,6 +46,12 @@ def armed(point: str) -> bool:
         return False
     _hits[point] = _hits.get(point, 0) + 1
     return _hits[point] == wanted
+
+
+def fail_at(place: str) -> None:
+    """Raise here, as a bug would, if `raise:<place>` is armed for this pass."""
+    if armed(f"raise:{place}"):
+        raise RuntimeError(f"injected failure at {place}")
 
 
 def crash_at(point: str) -> None:

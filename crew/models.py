@@ -220,6 +220,9 @@ class LeaderInfo(StateModel):
     """Refreshed every second; older than leaderStaleAfter means the leader is gone."""
     watcher: WatcherKind = WatcherKind.INOTIFY
     """How the leader notices mailbox writes: inotify, watchfiles, or poll (no file events)."""
+    stopped_reason: str | None = None
+    """Why the leader stopped leading (`interrupted by SIGINT`, `crashed: …`): set as it stops,
+    so readers know at once that it is gone."""
 
 
 TaskList = TypeAdapter(list[Task])

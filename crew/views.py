@@ -78,11 +78,16 @@ def run_status(store: RunStore) -> StatusReport:
     pending = pending_counts(tasks, inbound_messages(store))
     warnings = recovery.warnings()
     lease = read_lease(store.paths, stale_after=state.run.config.crew.leader_stale_after)
+    log = store.paths.leader_log
+    leader_log = str(log) if log.is_file() else None
     if not state.run.status.terminal:
         if lease.state is LeaseState.STALE:
+            crashed = lease.leader is not None and (lease.leader.stopped_reason or "").startswith(
+                "crashed"
+            )
             warnings.append(
                 f"the leader is gone ({lease.reason}): run `crew resume {state.run.run_id}` "
-                "to lead the run again"
+                "to lead the run again" + (f"; its traceback is in {log}" if crashed else "")
             )
         elif lease.state is LeaseState.ABSENT and any(
             t.status is not TaskStatus.QUEUED for t in tasks
@@ -95,7 +100,7 @@ def run_status(store: RunStore) -> StatusReport:
                 "file events are unavailable here: the leader polls the mailbox instead"
             )
     warnings.extend(_backlog_warnings(state.run, pending))
-    return StatusReport(state.run, tasks, pending, warnings, lease)
+    return StatusReport(state.run, tasks, pending, warnings, lease, leader_log)
 
 
 def _backlog_warnings(run: Run, pending: PendingCounts) -> list[str]:

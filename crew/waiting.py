@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import select
+import socket
 import time
 from enum import StrEnum
 
 from crew import clock
+from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewTimeout, Refused
-from crew.models import MailboxMessage
+from crew.models import MailboxMessage, Run
 from crew.registry import MessageStatus, TaskStatus
 from crew.results.leading import Waited
 from crew.results.sending import Sent
 from crew.store import jsonl
 from crew.store.runstore import RunStore
-from crew.store.watch import watch_folders
+from crew.store.watch import Watcher, watch_folders
 
 _REACHED = {
     MessageStatus.DELIVERED: frozenset({MessageStatus.DELIVERED, MessageStatus.ACKNOWLEDGED}),
@@ -99,10 +104,12 @@ def wait_for_run(
     """Block until the condition holds; returns the tasks that match it.
 
     CrewTimeout (exit 3) when `timeout` passes first; Refused (exit 4) when it can no longer
-    hold (waiting for a question from a run or task that has ended).
+    hold: waiting for a question from a run or task that has ended, or for anything from a run
+    whose leader is gone (it cannot progress until one leads it again).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     watcher = watch_folders([store.paths.root])  # before the first read: no change missed
+    leader = _LeaderWatch(store)
     try:
         while True:
             state = store.state()
@@ -118,6 +125,7 @@ def wait_for_run(
                     raise Refused(f"{what} ended ({status}) without waiting for an answer.")
             elif ended:
                 return Waited(store.run_id, until.value, tasks)
+            leader.check(state.run)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 what = f"task {task_id}" if task_id else f"run {store.run_id}"
@@ -126,6 +134,57 @@ def wait_for_run(
                     f"Timed out after {clock.format_duration(timeout or 0)} waiting for {what} "
                     f"{goal}."
                 )
-            watcher.wait(remaining)
+            leader.wait(watcher, remaining)
     finally:
         watcher.close()
+        leader.close()
+
+
+class _LeaderWatch:
+    """The run's leader, for a waiter: a dead one is an error, noticed as it dies (a pidfd where
+    the leader runs on this host) or as its heartbeat goes stale (a hung leader, another host)."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._pid: int | None = None
+        self._pidfd: int | None = None
+        #: When the leader's heartbeat goes stale unless it beats again (monotonic).
+        self._stale_at: float | None = None
+
+    def check(self, run: Run) -> None:
+        """Refused when the run has no live leader: nothing will change without one."""
+        stale_after = run.config.crew.leader_stale_after
+        lease = read_lease(self._store.paths, stale_after=stale_after)
+        if lease.state is not LeaseState.ALIVE or lease.leader is None:
+            why = lease.reason or "no leader has led it"
+            raise Refused(
+                f"Run {run.run_id} has no leader ({why}): it cannot get there until one leads "
+                "it again.",
+                hint=f"`crew resume {run.run_id}` leads it again.",
+            )
+        info = lease.leader
+        age = clock.seconds_since(info.heartbeat_at)
+        self._stale_at = time.monotonic() + max(0.0, stale_after - age) + 0.05
+        if info.pid != self._pid and info.host == socket.gethostname():
+            self.close()
+            self._pid = info.pid
+            with contextlib.suppress(OSError, AttributeError):
+                self._pidfd = os.pidfd_open(info.pid)
+
+    def wait(self, watcher: Watcher, timeout: float | None) -> None:
+        """Until the run's files change, its leader dies, or `timeout` passes."""
+        if self._stale_at is not None:
+            until_stale = max(0.0, self._stale_at - time.monotonic())
+            timeout = until_stale if timeout is None else min(timeout, until_stale)
+        fd = watcher.fileno()
+        if fd is None or self._pidfd is None:
+            watcher.wait(timeout)
+            return
+        ready, _, _ = select.select([fd, self._pidfd], [], [], timeout)
+        if fd in ready:
+            watcher.wait(0)  # consume the notification
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None

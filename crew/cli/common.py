@@ -95,6 +95,13 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
 
         silence_stdout()
         return int(ExitCode.OK)
+    except OSError as error:  # a read-only folder, a full disk: the user's to fix, not a bug
+        if debug:
+            raise
+        from crew.errors import from_os_error
+        from crew.render import error as report
+
+        return report(from_os_error(error))
     except Exception as error:
         usage = _as_usage_error(error)
         if usage is not None:

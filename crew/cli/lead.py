@@ -117,14 +117,15 @@ def _lead(
     if detach:
         pid = in_background(store, session=session, options=options)
         return render.emit(Detached(store.run_id, pid), json=json)
-    render.starting(store.run_id, resumed=options.resume, json=json)
     if interactive and sys.stdout.isatty() and sys.stdin.isatty():
         from crew.dashboard import lead_with_view
 
         code = lead_with_view(store, session, options)
     else:
         show = partial(render.show_events, json=json, progress=True)
-        code = lead(store, session=session, options=options, on_events=show)
+        # Announced once this process leads the run: a refused resume says nothing else.
+        ready = partial(render.starting, store.run_id, resumed=options.resume, json=json)
+        code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
     return render.emit(outcome(store, code), json=json)
 
 

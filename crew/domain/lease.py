@@ -42,6 +42,12 @@ def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
         age = clock.seconds_since(info.heartbeat_at)
     except ValueError:
         return Lease(LeaseState.STALE, info, "its heartbeat time is unreadable")
+    if info.stopped_reason:
+        return Lease(
+            LeaseState.STALE,
+            info,
+            f"leader pid {info.pid} on {info.host} stopped: {info.stopped_reason}",
+        )
     # A pid means something only on its own host; elsewhere the heartbeat alone decides.
     if info.host == socket.gethostname() and not is_alive(info.pid):
         return Lease(LeaseState.STALE, info, f"leader pid {info.pid} on {info.host} is gone")
@@ -92,6 +98,18 @@ def beat(paths: RunPaths, info: LeaderInfo) -> LeaderInfo:
     info = info.model_copy(update={"heartbeat_at": clock.now()})
     write_lease(paths, info)
     return info
+
+
+def stop(paths: RunPaths, info: LeaderInfo, reason: str) -> LeaderInfo:
+    """Say in leader.json that this leader has stopped leading, and why (if it is still ours)."""
+    stopped = info.model_copy(update={"stopped_reason": reason, "heartbeat_at": clock.now()})
+    try:
+        current = snapshot.load(paths.leader, LeaderAdapter)
+    except (FileNotFoundError, Corrupt):
+        return info
+    if current.pid == info.pid and current.epoch == info.epoch:
+        write_lease(paths, stopped)
+    return stopped
 
 
 def release(paths: RunPaths, info: LeaderInfo) -> None:

@@ -15,13 +15,14 @@ import os
 import selectors
 import signal
 import time
+import traceback
 
-from crew import clock, verbs
+from crew import clock, faults, verbs
 from crew.adapters import adapter_for
 from crew.adapters.base import Reaction
 from crew.domain import mailbox, runs, tasks
-from crew.domain.lease import beat, release, write_lease
-from crew.errors import CrewError, ExitCode, StaleLeader, StoreError
+from crew.domain.lease import beat, release, stop, write_lease
+from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader, StoreError
 from crew.leader import monitors, schedule, signals, spawn
 from crew.leader.processes import WorkerProcess, Workers, describe_exit, start_worker
 from crew.leader.view import OnEvents, RunView
@@ -36,6 +37,7 @@ from crew.registry import (
 )
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
+from crew.text import short
 
 HEARTBEAT = 1.0
 
@@ -89,6 +91,8 @@ class Leader:
         except StaleLeader:
             self.workers.abandon()
             return ExitCode.REFUSED
+        except Exception as error:  # a bug, or an OS error the loop cannot go on from
+            raise self._crashed(error) from error
         finally:
             self._close()
 
@@ -96,6 +100,7 @@ class Leader:
 
     def _loop(self) -> ExitCode:
         while True:
+            faults.fail_at("leader")
             now = time.monotonic()
             if self._stop is not None:
                 return self._interrupt()
@@ -390,10 +395,38 @@ class Leader:
                 f"`crew resume {self.store.run_id}` continues the run",
                 data={"reason": self._stop},
             )
+        self.lease = stop(self.paths, self.lease, f"interrupted by {self._stop}")
         self.wakeups.quiet()
         self.workers.stop_all()
         self.view.report_events()
         return ExitCode.INTERRUPTED
+
+    def _crashed(self, error: Exception) -> LeaderCrashed:
+        """The leader cannot go on: say why wherever a person will look — an event, leader.json,
+        the traceback in the leader log — and stop the workers; the run stays resumable. Each
+        step is tried on its own: the error may be the very disk they write to."""
+        run_id = self.store.run_id
+        reason = f"{type(error).__name__}: {short(str(error), 300)}"
+        log = self.paths.leader_log
+        with contextlib.suppress(Exception), log.open("a") as handle:
+            handle.write(f"{clock.now()} the leader (pid {os.getpid()}) crashed:\n")
+            traceback.print_exception(error, file=handle)
+        with contextlib.suppress(Exception), self.view.change() as txn:
+            txn.record(
+                EventType.LEADER_CRASHED,
+                message=f"leader pid {os.getpid()} crashed ({reason}); `crew resume {run_id}` "
+                "continues the run",
+                data={"reason": reason, "log": str(log)},
+            )
+        with contextlib.suppress(Exception):
+            self.lease = stop(self.paths, self.lease, f"crashed: {reason}")
+        with contextlib.suppress(Exception):
+            self.wakeups.quiet()
+            self.workers.stop_all()
+        return LeaderCrashed(
+            f"The leader of run {run_id} crashed ({reason}); its workers were stopped.",
+            hint=f"`crew resume {run_id}` continues the run; the traceback is in {log}.",
+        )
 
     def _close(self) -> None:
         for worker in self.workers:

@@ -55,6 +55,8 @@ class StatusReport(Result):
     #: What needs attention: shown under "Warnings", and as `warnings` in the JSON.
     run_warnings: list[str]
     lease: Lease
+    #: The file a detached or crashed leader wrote its output and traceback to, if there is one.
+    leader_log: str | None = None
 
     @property
     def open_contacts(self) -> list[Task]:
@@ -69,6 +71,10 @@ class StatusReport(Result):
         if self.lease.leader is not None:
             info = self.lease.leader
             leader.update(pid=info.pid, host=info.host, heartbeatAt=info.heartbeat_at)
+            if info.stopped_reason:
+                leader["stoppedReason"] = info.stopped_reason
+        if self.leader_log is not None:
+            leader["log"] = self.leader_log
         return {
             "run": self.run.to_dict(),
             "tasks": [t.to_dict() for t in self.tasks],
