@@ -11,6 +11,7 @@ first) it passes `<point>`. Points are named after what was just done:
     enospc:<file>     not a crash: the append fails as if the disk were full
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
                       leader's loop)
+    interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above
 
 Unset (always, outside tests), it costs one dictionary lookup per write.
 """
@@ -55,6 +56,9 @@ def fail_at(place: str) -> None:
 
 
 def crash_at(point: str) -> None:
-    """Die here, without cleanup, if `point` is armed for this pass."""
+    """Die here, without cleanup, if `point` is armed for this pass (or, armed as
+    `interrupt:<point>`, be interrupted as Ctrl-C would)."""
     if armed(point):
         os.kill(os.getpid(), signal.SIGKILL)
+    if armed(f"interrupt:{point}"):
+        os.kill(os.getpid(), signal.SIGINT)

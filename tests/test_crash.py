@@ -1,22 +1,26 @@
-"""The crash matrix: a leader killed (SIGKILL) right after each kind of write, then resumed.
+"""The crash matrix: a leader killed (SIGKILL) right after each kind of write, interrupted
+(Ctrl-C) there, or taken over while hung, then resumed.
 
-Every accepted message must end delivered or rejected with a reason, the run must finish, and
-`crew doctor` must find the files clean or repairable.
+With default settings (maxAttempts = 1) the run must finish: an interrupted attempt is not a
+failure. Every accepted message must end delivered or rejected with a reason, and `crew doctor`
+must find the files clean or repairable.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import SESSION
-from leaders import write_crew
+from leaders import eventually, write_crew
 
 from crew import verbs
 from crew.doctor import doctor
+from crew.domain.lease import LeaseState, read_lease
 from crew.leader import start_run
 from crew.paths import Home
 from crew.registry import Box, MessageStatus, RunStatus, TaskStatus
@@ -38,6 +42,14 @@ KILL_POINTS = [
     "append:events.jsonl@12",
     "replace:leader.json@2",  # a heartbeat
 ]
+#: Where Ctrl-C lands (the leader stops at the end of what it was doing).
+INTERRUPT_POINTS = [
+    "append:events.jsonl@3",
+    "deliver@1",
+    "append:outbox.jsonl@1",
+    "replace:tasks.json@3",
+    "append:inbox.jsonl@3",
+]
 
 
 def _crew(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -50,14 +62,14 @@ def _crew(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[s
     )  # fmt: skip
 
 
-def _scripted_run(tmp_path: Path, home: Home) -> RunStore:
+def _scripted_run(tmp_path: Path, home: Home, **crew: str) -> RunStore:
     write_crew(
         tmp_path,
         [
             {"id": "a", "prompt": "say:a starts ; ask:need_confirmation:proceed with a? ; await:respond ; await:followUp ; exit:0"},
             {"id": "b", "prompt": "ask:need_selection:which colour? [red|blue] ; await:respond ; await:followUp ; exit:0", "dependsOn": ["a"]},
         ],
-        agent={"maxAttempts": 5},
+        crew=crew,
         auto_respond=[
             {"type": "need_confirmation", "answer": "yes"},
             {"type": "need_selection", "answer": "red"},
@@ -80,9 +92,53 @@ def test_a_leader_killed_after_any_write_loses_nothing(
     resumed = _crew("resume", store.run_id, "--no-input")
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    _assert_finished_whole(home, store)
+
+
+@pytest.mark.parametrize("point", INTERRUPT_POINTS)
+def test_a_leader_interrupted_at_any_write_resumes_and_finishes(
+    tmp_path: Path, home: Home, point: str
+) -> None:
+    store = _scripted_run(tmp_path, home)
+
+    stopped = _crew("resume", store.run_id, "--no-input", fault=f"interrupt:{point}")
+    assert stopped.returncode == 130, f"{point} was never reached: {stopped.stderr}"
+    resumed = _crew("resume", store.run_id, "--no-input")
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    _assert_finished_whole(home, store, restarted=True)
+
+
+def test_a_hung_leader_taken_over_writes_nothing_and_the_run_finishes(
+    tmp_path: Path, home: Home
+) -> None:
+    store = _scripted_run(tmp_path, home, leaderStaleAfter="1s")
+    hung = subprocess.Popen(
+        [sys.executable, "-m", "crew", "resume", store.run_id, "--no-input"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    eventually(lambda: store.state().tasks["a"].attempt == 1)
+    hung.send_signal(signal.SIGSTOP)  # paused: its heartbeat goes stale
+    stale = store.state().run.config.crew.leader_stale_after
+    eventually(lambda: read_lease(store.paths, stale_after=stale).state is LeaseState.STALE)
+
+    took_over = _crew("resume", store.run_id, "--no-input")
+    hung.send_signal(signal.SIGCONT)
+    _, err = hung.communicate(timeout=30)
+
+    assert took_over.returncode == 0, took_over.stdout + took_over.stderr
+    assert hung.returncode == 4, err  # fenced out: it stopped without writing
+    _assert_finished_whole(home, store, restarted=True)
+
+
+def _assert_finished_whole(home: Home, store: RunStore, *, restarted: bool = False) -> None:
+    """The run completed, nothing was lost, and no interruption cost a task an attempt (with
+    `restarted`: a task was running when its leader stopped, and its new attempt shows)."""
     state = store.state()
     assert state.run.status is RunStatus.COMPLETED
     assert all(t.status is TaskStatus.COMPLETED for t in state.task_list())
+    assert all(t.failures == 0 for t in state.task_list())
+    assert not restarted or any(t.attempt > 1 for t in state.task_list())
     messages = store.messages(Box.INBOX) + store.messages(Box.STEERING)
     for message in messages:
         assert message.status is not MessageStatus.PENDING, message
@@ -91,6 +147,8 @@ def test_a_leader_killed_after_any_write_loses_nothing(
     follow_ups = {m.body: m.status for m in messages if m.kind == "followUp"}
     assert set(follow_ups) == {"extra work for a", "extra work for b"}
     assert all(s is not MessageStatus.REJECTED for s in follow_ups.values())  # they carry over
+    seqs = [e.seq for e in store.events().records]
+    assert seqs == list(range(1, len(seqs) + 1))
     report = doctor(home, store.run_id)
     if not report.clean:
         assert all(f.repairable for f in report.findings), [f.problem for f in report.findings]
