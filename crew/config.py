@@ -98,7 +98,8 @@ class AgentConfig(ConfigModel):
     max_nudges: Annotated[int, Field(ge=0)] = 2
     """Automatic nudges before a silent task is flagged needs_review."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
-    """Runs of a failing task in all (1: no retry)."""
+    """Failed attempts a task may have in all (1: no retry). An attempt cut short by the
+    leader's end (a crash, Ctrl-C, a takeover) is interrupted, not failed: it does not count."""
     wait_timeout: Duration | None = None
     """Flag a task that waits for an answer longer than this."""
     keep_open: Duration | None = None

@@ -87,7 +87,8 @@ class Task(StateModel):
     depends_on: list[TaskId] = Field(default_factory=list)
     """Tasks that must complete before this one starts."""
     attempt: Annotated[int, Field(ge=0)] = 0
-    """Which attempt runs (or ran) last: 0 before the first start."""
+    """Which attempt runs (or ran) last: 0 before the first start. Interrupted attempts count
+    here too; `failures` counts those that failed."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
     pid: int | None = None
     """The worker's process id (its process group id too) while it runs."""
