@@ -21,7 +21,7 @@ from crew.errors import CrewError, ExitCode
 from crew.models import Event, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
 from crew.registry import ContactType, TaskStatus
-from crew.render import question_line
+from crew.render import attempts, question_line
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
@@ -127,7 +127,7 @@ class Dashboard:
             table.add_row(
                 Text(task.id),
                 Text(str(task.status), STATUS_STYLE.get(task.status, "")),
-                f"{task.attempt}/{task.max_attempts}",
+                attempts(task),
                 _since(task),
                 str(pending) if pending else "",
                 Text(_now(task, view.last_lines.get(task.id, ""))),  # Text: never markup

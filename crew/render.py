@@ -144,6 +144,13 @@ def _ago(timestamp: str | None) -> str:
         return timestamp
 
 
+def attempts(task: Task) -> str:
+    """Which attempt runs, and the failures that count against maxAttempts: `2 (1/2 failed)`."""
+    if task.failures == 0:
+        return str(task.attempt)
+    return f"{task.attempt} ({task.failures}/{task.max_attempts} failed)"
+
+
 def question_line(task: Task) -> str:
     """A task's open question on one line: `prompt [a|b]`."""
     contact = task.contact
@@ -246,7 +253,7 @@ def _status(report: StatusReport) -> None:
             task.id,
             styled(task.status),
             _esc(task.agent),
-            f"{task.attempt}/{task.max_attempts}",
+            attempts(task),
             _ago(task.since()),
             shown,
             _esc(_note(task)),

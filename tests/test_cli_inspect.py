@@ -265,3 +265,20 @@ def test_watch_needs_a_terminal(cli: Cli, make_run: MakeRun) -> None:
         "crew: error: crew watch needs a terminal.\n"
         "For a stream, use `crew events RUN --follow` (add --json for JSON lines).\n"
     )
+
+
+def test_status_shows_the_failures_that_count_against_max_attempts(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run(config(agents={"coder": {"command": ["true"], "maxAttempts": 2}}))
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242)
+        tasks.requeue(txn, "plan", "exited with code 1")
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=2, pid=4243)
+
+    shown = cli("status", "latest")
+
+    assert shown.code == 0
+    row = next(line for line in shown.out.splitlines() if line.startswith("plan "))
+    assert "running" in row and " 2 (1/2 failed) " in row

@@ -480,10 +480,10 @@ def test_status_json_has_the_leader_and_everything_the_table_shows(
     )
     assert header.endswith(f" ago · leader pid {doc['leader']['pid']}")
     table = rows("\n".join(lines))
-    assert table["plan"][:4] == ["plan", "waiting", "w", f"{plan['attempt']}/{plan['maxAttempts']}"]
+    assert table["plan"][:4] == ["plan", "waiting", "w", str(plan["attempt"])]  # no failures
     assert re.fullmatch(r"\S+ ago", table["plan"][4])  # waitingSince, as an age
     assert table["plan"][5:] == ["-", f"? {contact['prompt']}"]  # no pending message; the question
-    assert table["build"] == ["build", "queued", "w", "0/1", "-", "1 inbox", "after plan"]
+    assert table["build"] == ["build", "queued", "w", "0", "-", "1 inbox", "after plan"]
     assert (
         "\nWaiting for an answer:\n"
         f"  plan ({contact['id']}) {contact['type']}: {contact['prompt']} "
