@@ -14,7 +14,9 @@
 
 One focus at a time: `next()` hands out the most urgent queued message (respond > steer > nudge >
 followUp, first come first served within each), `checkpoint()` decides what to do about anything
-that arrived meanwhile, `done()` ends the focus. Follow-ups that queue up are merged into one.
+that arrived meanwhile (`checkpoint(state=…)` also saves progress for the next attempt's
+`restored()`), `done()` ends the focus. Follow-ups that queue up are merged into one; an item
+that was ever the focus or deferred never is: it comes back whole, in the order it was set aside.
 Nudges are answered with a status report without breaking focus. Every decision is printed as an
 `@supervisor decision:` line, so it lands in the run's event log. The rules are in
 docs/attention.md.
@@ -24,11 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from crew import env
@@ -48,11 +52,18 @@ MERGE_SEPARATOR = "\n\n---\n\n"
 #: The id of the task's own work (`begin`): not a message, so never acknowledged.
 TASK_ITEM = "task"
 COALESCE_WINDOW = 0.2
+#: The largest state `checkpoint()` saves, in bytes of JSON (the event log's lines hold 1 MiB).
+MAX_CHECKPOINT = 512 * 1024
 #: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
 _INBOUND = frozenset(
     {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
 )
 _URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
+#: Kept out of a checkpoint line as `\uXXXX` (it means the same inside a JSON string): line breaks
+#: some readers split on, C1 controls (U+009B starts an escape sequence), lone surrogates.
+_UNSAFE_IN_A_LINE = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+#: Not given (`checkpoint()` without a state) or not found (`restored()` without a checkpoint).
+_NO_STATE: Any = object()
 
 
 class NotInRun(CrewError):
@@ -97,10 +108,13 @@ class Decision:
 
 Judge = Callable[[Message, Message], Decision | None]
 StatusCallback = Callable[[Message | None], str]
+_NOTHING_NEW = Decision(DecisionAction.CONTINUE, None, "nothing new")
 
 
 @dataclass(order=True)
 class _Queued:
+    """A message that arrived and was never picked: the only kind that merges."""
+
     rank: int
     seq: int
     message: Message = field(compare=False)
@@ -120,6 +134,7 @@ class Worker:
         judge: Judge | None = None,
         status_callback: StatusCallback | None = None,
         coalesce: float = COALESCE_WINDOW,
+        checkpoint_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.run_id = run_id
         self.task_id = task_id
@@ -132,7 +147,10 @@ class Worker:
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
         self._queue: list[_Queued] = []
-        self._deferred: list[Message] = []
+        # Execution items set aside, oldest first, and how: preempt (acknowledged) or defer.
+        self._set_aside: list[tuple[Message, DecisionAction]] = []
+        # Read at the start: this attempt's own checkpoints later replace the same file.
+        self._restored = _read_checkpoint(checkpoint_file, task_id)
         self._seq = 0
         self._eof = False
         self._reader = threading.Thread(
@@ -151,6 +169,7 @@ class Worker:
                 hint="Start this program as a task of a crew (`crew run`).",
             )
         attempt = int(env.ATTEMPT.value() or "1")
+        options.setdefault("checkpoint_file", env.CHECKPOINT.value())
         return cls(run_id=run_id, task_id=task_id, attempt=attempt, **options)
 
     # ------------------------------------------------------------------ talking to the leader
@@ -160,6 +179,12 @@ class Worker:
         if ContactType(kind) not in REPORT_CONTACTS:
             raise ValueError(f"report kind must be progress, status or note, not {kind!r}")
         self._say(f"@supervisor {kind}: {' '.join(text.split())}")
+
+    def restored(self, default: Any = None) -> Any:
+        """The state an earlier attempt saved with `checkpoint(state=…)`, or `default` when none
+        was (or its file cannot be read). A saved None is None: another `default` tells them apart.
+        """
+        return default if self._restored is _NO_STATE else self._restored
 
     def ask(
         self,
@@ -200,8 +225,9 @@ class Worker:
     def next(self, timeout: float | None = None) -> Message | None:
         """Focus on the most urgent queued message (None after `timeout` seconds of nothing).
 
-        Deferred items come back once nothing else is queued. A non-urgent head waits a short
-        coalescing window first, so a burst of follow-ups becomes one item.
+        A non-urgent head waits a short coalescing window first, so a burst of follow-ups
+        becomes one item. Once nothing is queued (for a window), items set aside come back one
+        at a time, whole, in the order they were set aside.
         Raises LeaderGone once input has ended and nothing is left.
         """
         if self.focus is not None:
@@ -209,15 +235,16 @@ class Worker:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
-                if not self._queue and self._deferred:
-                    for message in self._deferred:
-                        self._enqueue(message)
-                    self._deferred.clear()
                 if self._queue:
-                    head = self._queue[0].message
-                    if head.kind not in _URGENT and not self._eof:
-                        self._wait_for(self.coalesce)  # let a burst arrive and merge
-                    item = self._pop()
+                    self._coalesce(self._queue[0].message)  # let a burst arrive and merge
+                    item, how = self._pop(), None
+                    break
+                if self._set_aside:
+                    self._coalesce(self._set_aside[0][0])  # idle: nothing came for a window
+                    if self._queue:
+                        continue  # what came meanwhile goes first
+                    # Resurfacing is not enqueueing: it never meets the queue, so never merges.
+                    item, how = self._set_aside.pop(0)
                     break
                 if self._eof:
                     raise LeaderGone("stdin closed: the leader has gone.")
@@ -226,8 +253,10 @@ class Worker:
                     return None
                 self._cond.wait(remaining)
         self.focus = item
-        self._ack(item)
-        self._decide(Decision(DecisionAction.PICK, item, "most urgent queued item"))
+        if how is not DecisionAction.PREEMPT:  # a preempted item was acknowledged as the focus
+            self._ack(item)
+        reason = "most urgent queued item" if how is None else f"resurfaced after a {how}"
+        self._decide(Decision(DecisionAction.PICK, item, reason))
         return item
 
     def begin(self, body: str, *, kind: MessageKind = MessageKind.FOLLOW_UP) -> Message:
@@ -242,19 +271,22 @@ class Worker:
         self._decide(Decision(DecisionAction.PICK, self.focus, "the task's own work"))
         return self.focus
 
-    def checkpoint(self) -> Decision:
-        """A safe point to be interrupted: what to do about what arrived since the last one."""
+    def checkpoint(self, state: Any = _NO_STATE) -> Decision:
+        """A safe point to be interrupted: what to do about what arrived since the last one.
+
+        A `state` (any JSON value, None included) is first saved as the task's progress, for the
+        next attempt's `restored()`; one JSON cannot hold, or over MAX_CHECKPOINT bytes, raises
+        TypeError or ValueError and nothing is saved.
+        """
         current = self.focus
         if current is None:
-            raise RuntimeError("checkpoint() needs a focus: call next() first")
+            raise RuntimeError("checkpoint() needs a focus: call next() or begin() first")
+        if state is not _NO_STATE:
+            self._say(_checkpoint_line(state))
         with self._cond:
             answered = self._answer_nudges()
             if not self._queue:
-                return (
-                    answered[-1]
-                    if answered
-                    else Decision(DecisionAction.CONTINUE, None, "nothing new")
-                )
+                return answered[-1] if answered else _NOTHING_NEW
             new = self._queue[0].message
             decision = _rules(current, new)
             if decision.action == DecisionAction.CONTINUE and self.judge is not None:
@@ -268,7 +300,7 @@ class Worker:
         return decision
 
     def done(self, outcome: str | None = None) -> None:
-        """End the current focus; deferred items come back when nothing else is queued."""
+        """End the current focus; items set aside come back when nothing else is queued."""
         if self.focus is None:
             return
         item, self.focus = self.focus, None
@@ -282,7 +314,7 @@ class Worker:
             return
         self._remove(new)
         if decision.action == DecisionAction.PREEMPT:
-            self._deferred.append(current)
+            self._set_aside.append((current, DecisionAction.PREEMPT))
             self.focus = new
         elif decision.action == DecisionAction.CANCEL:
             self.focus = new  # the current work is dropped for good
@@ -290,7 +322,7 @@ class Worker:
             current.body += MERGE_SEPARATOR + new.body
             current.merged += new.ids
         elif decision.action == DecisionAction.DEFER:
-            self._deferred.append(new)
+            self._set_aside.append((new, DecisionAction.DEFER))
         else:
             raise ValueError(f"unknown decision {decision.action!r}")
 
@@ -316,9 +348,11 @@ class Worker:
             self._decide(decisions[-1], focus=self.focus)
         return decisions
 
-    def _wait_for(self, seconds: float) -> None:
-        """Wait the whole window, whatever arrives meanwhile (lock held)."""
-        end = time.monotonic() + seconds
+    def _coalesce(self, head: Message) -> None:
+        """Before handing out a non-urgent item, wait the whole window (lock held)."""
+        if head.kind in _URGENT or self._eof:
+            return
+        end = time.monotonic() + self.coalesce
         while (left := end - time.monotonic()) > 0 and not self._eof:
             self._cond.wait(left)
 
@@ -337,7 +371,8 @@ class Worker:
         self._queue = [e for e in self._queue if e.message is not message]
 
     def _enqueue(self, message: Message) -> None:
-        """Queue a message (lock held): a follow-up joins a queued follow-up instead."""
+        """Queue a message that arrived (lock held): a follow-up joins a queued follow-up instead
+        (only arrivals are queued, never an item set aside: only never-picked follow-ups merge)."""
         if message.kind is MessageKind.FOLLOW_UP:
             for entry in self._queue:
                 if entry.message.kind is MessageKind.FOLLOW_UP:
@@ -376,7 +411,7 @@ class Worker:
     def _ack(self, message: Message) -> None:
         for message_id in message.ids:
             if message_id != TASK_ITEM:
-                self._say(f"@supervisor ack: {message_id}")
+                self._say(f"@supervisor {ContactType.ACK}: {message_id}")
 
     def _decide(self, decision: Decision, *, focus: Message | None = None) -> None:
         """Print a decision (`focus`: the work in progress when it was taken)."""
@@ -390,12 +425,35 @@ class Worker:
             record["focus"] = focus.id
         if decision.reason:
             record["reason"] = decision.reason
-        self._say("@supervisor decision: " + json.dumps(record, ensure_ascii=False))
+        self._say(f"@supervisor {ContactType.DECISION}: " + json.dumps(record, ensure_ascii=False))
 
     def _say(self, line: str) -> None:
         with self._write_lock:
             self._out.write(line + "\n")
             self._out.flush()
+
+
+def _checkpoint_line(state: Any) -> str:
+    """The line that saves `state`: its JSON on one line, whatever characters its strings hold."""
+    text = json.dumps(state, ensure_ascii=False, allow_nan=False)
+    text = _UNSAFE_IN_A_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if (size := len(text.encode())) > MAX_CHECKPOINT:
+        raise ValueError(
+            f"A checkpoint's state is limited to {MAX_CHECKPOINT} bytes of JSON, this one has "
+            f"{size}: save large data in a file and checkpoint its path."
+        )
+    return f"@supervisor {ContactType.CHECKPOINT}: {text}"
+
+
+def _read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> Any:
+    """The state in a checkpoint file (`_NO_STATE`: missing, unreadable, or another task's)."""
+    try:
+        saved = json.loads(Path(path).read_bytes()) if path is not None else None
+    except (OSError, ValueError, RecursionError):
+        return _NO_STATE
+    if not isinstance(saved, dict) or saved.get("taskId") != task_id:
+        return _NO_STATE
+    return saved.get("state")  # crew's files leave null fields out: a saved None has no key
 
 
 def _rank(priority: str) -> int:

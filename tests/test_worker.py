@@ -1,4 +1,5 @@
-"""The worker SDK: protocol, attention rules (pair by pair), merging, resurfacing, EOF."""
+"""The worker SDK: protocol, attention rules (pair by pair), merging, resurfacing, EOF,
+checkpoints."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from leaders import Leader, eventually, store_of, write_crew
 
+from crew import env
 from crew.errors import CrewError, CrewTimeout
-from crew.worker import Decision, LeaderGone, Message, NotInRun, Worker
+from crew.models import Checkpoint
+from crew.paths import Home
+from crew.protocol import CheckpointRecord, parse_line
+from crew.registry import TaskStatus
+from crew.store.snapshot import dump_model
+from crew.worker import MAX_CHECKPOINT, Decision, LeaderGone, Message, NotInRun, Worker
 
 
 class Harness:
@@ -35,34 +44,33 @@ class Harness:
         )
 
     def send(self, kind: str, body: str = "", *, wait: bool = True) -> str:
+        """Write a frame; with `wait`, return once the worker has queued it (alone or merged)."""
         self.count += 1
         message_id = f"msg_{self.count:016x}"
         frame = {"type": kind, "id": message_id, "body": body or f"{kind} {self.count}",
                  "priority": "high" if kind in {"respond", "steer"} else "normal", "data": {}}  # fmt: skip
-        before = self.queued()
         os.write(self.write_end, json.dumps(frame).encode() + b"\n")
         if wait:
-            self.wait_queued(before + 1, merged_ok=kind == "followUp")
+            with self.worker._cond:
+                assert self.worker._cond.wait_for(
+                    lambda: any(message_id in e.message.ids for e in self.worker._queue),
+                    timeout=5,
+                )
         return message_id
 
-    def queued(self) -> int:
+    def wait_queued(self, count: int) -> None:
         with self.worker._cond:
-            return len(self.worker._queue)
-
-    def wait_queued(self, count: int, *, merged_ok: bool = False) -> None:
-        with self.worker._cond:
-            seen = self.worker._seq
-            assert self.worker._cond.wait_for(
-                lambda: (
-                    len(self.worker._queue) >= count
-                    or (merged_ok and any(e.message.merged for e in self.worker._queue))
-                    or self.worker._seq > seen + 1
-                ),
-                timeout=5,
-            )
+            assert self.worker._cond.wait_for(lambda: len(self.worker._queue) >= count, timeout=5)
 
     def close(self) -> None:
         os.close(self.write_end)
+
+    def clean_up(self) -> None:
+        """Close our end of stdin, let the reader thread see EOF, close its end."""
+        if not _closed(self.write_end):
+            self.close()
+        self.worker._reader.join(timeout=5)
+        os.close(self.read_end)
 
     def lines(self) -> list[str]:
         return self.out.getvalue().splitlines()
@@ -76,10 +84,22 @@ class Harness:
 
 
 @pytest.fixture
-def h() -> Iterator[Harness]:
-    harness = Harness()
-    yield harness
-    os.close(harness.write_end) if not _closed(harness.write_end) else None
+def harness() -> Iterator[Callable[..., Harness]]:
+    """Make harnesses with Worker options (all cleaned up after the test)."""
+    made: list[Harness] = []
+
+    def make(**options: Any) -> Harness:
+        made.append(Harness(**options))
+        return made[-1]
+
+    yield make
+    for each in made:
+        each.clean_up()
+
+
+@pytest.fixture
+def h(harness: Callable[..., Harness]) -> Harness:
+    return harness()
 
 
 def _closed(fd: int) -> bool:
@@ -218,6 +238,85 @@ def test_a_preempted_focus_resurfaces_when_idle(h: Harness) -> None:
     }
 
 
+def _defer_everything(current: Message, new: Message) -> Decision:
+    return Decision("defer", new, "later")
+
+
+def test_the_tasks_own_work_comes_back_alone_and_unchanged_while_follow_ups_arrive(
+    h: Harness,
+) -> None:
+    h.worker.judge = _defer_everything
+    work = h.worker.begin("write the page")
+    steer = h.send("steer", "friendlier intro")
+    assert h.worker.checkpoint().action == "preempt"  # the task's own work is set aside
+    arrived = [h.send("followUp", f"and {what}") for what in ("tests", "docs", "a changelog")]
+    assert h.worker.checkpoint().action == "defer"  # the judge sets the follow-ups aside too
+    h.worker.done("revised")
+
+    again = h.worker.next(timeout=2)
+    later = h.worker.next(timeout=2)
+
+    assert again is work
+    assert (work.body, work.merged, work.summary) == ("write the page", [], "write the page")
+    assert later is not None and later.ids == arrived and later.summary == "and tests (+2)"
+    assert later.body == "and tests\n\n---\n\nand docs\n\n---\n\nand a changelog"
+    assert h.acks() == [steer, *arrived]  # each once, the task's own work never
+
+
+def test_a_preempted_follow_up_comes_back_whole_while_new_follow_ups_merge_together(
+    h: Harness,
+) -> None:
+    job_id = h.send("followUp", "add the users table")
+    job = h.worker.next(timeout=2)
+    steer_id = h.send("steer", "use uuids")
+    assert h.worker.checkpoint().action == "preempt"  # the job is set aside
+    answer_id = h.send("respond", "uuid v7")
+    assert h.worker.checkpoint().action == "preempt"  # and the steer after it
+    h.worker.done("answered")
+    handed_out = [h.worker.next(timeout=2)]
+    first = h.send("followUp", "and an index")
+    second = h.send("followUp", "and a migration")
+
+    handed_out += [h.worker.next(timeout=2), h.worker.next(timeout=2)]
+
+    assert job is not None and job in handed_out
+    assert (job.body, job.ids) == ("add the users table", [job_id])
+    merged = next(m for m in handed_out if m is not None and m.kind == "followUp" and m is not job)
+    assert merged.ids == [first, second] and merged.summary == "and an index (+1)"
+    steer = next(m for m in handed_out if m is not None and m.kind == "steer")
+    assert (steer.body, steer.ids) == ("use uuids", [steer_id])
+    assert sorted(h.acks()) == sorted([job_id, steer_id, answer_id, first, second])  # once each
+
+
+def test_items_set_aside_come_back_in_the_order_they_were_set_aside(h: Harness) -> None:
+    h.worker.judge = _defer_everything
+    h.worker.begin("write the page")
+    first_steer = h.send("steer", "friendlier intro")
+    assert h.worker.checkpoint().action == "preempt"  # 1: the task's own work
+    answer = h.send("respond", "yes")
+    assert h.worker.checkpoint().action == "preempt"  # 2: the steer
+    follow_up = h.send("followUp", "and docs")
+    assert h.worker.checkpoint().action == "defer"  # 3: a follow-up the judge put off
+    second_steer = h.send("steer", "shorter")
+    assert h.worker.checkpoint().action == "defer"  # 4: a steer the judge put off
+    h.worker.done("answered")
+
+    back = [h.worker.next(timeout=2) for _ in range(4)]
+
+    assert [m.body for m in back if m is not None] == [
+        "write the page",
+        "friendlier intro",
+        "and docs",
+        "shorter",
+    ]
+    assert all(m is not None and not m.merged for m in back)
+    # acknowledged once: when preempting (they became the focus), or when first picked
+    assert h.acks() == [first_steer, answer, follow_up, second_steer]
+    reasons = [d["reason"] for d in h.decisions() if d["action"] == "pick"][1:]
+    preempted, deferred = "resurfaced after a preempt", "resurfaced after a defer"
+    assert reasons == [preempted, preempted, deferred, deferred]
+
+
 def test_a_judge_is_consulted_only_when_the_rules_say_continue(h: Harness) -> None:
     asked: list[tuple[str, str]] = []
 
@@ -350,3 +449,195 @@ def test_the_tasks_own_work_can_be_preempted_and_resurfaces(h: Harness) -> None:
     h.worker.done("revised")
     assert h.worker.next(timeout=2) is work
     assert "@supervisor ack: task" not in h.lines()  # the task's own work is not a message
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+TRICKY_STATE = {
+    "done": ["parser", "lexer"],
+    "note": "naïve café ✓ 🚀",
+    "breaks": "a\nb\r\nc\u2028d\u2029e\x85f\x0bg",
+    "escapes": "\x1b[31mred\x1b[0m \x9b31m \x07 tab\t",
+    "nothing": None,
+    "numbers": [1, -2.5, True],
+}
+
+
+def _saved_lines(h: Harness) -> list[str]:
+    return [line for line in h.lines() if line.startswith("@supervisor checkpoint:")]
+
+
+def test_checkpoint_with_a_state_saves_it_on_one_line_before_deciding(h: Harness) -> None:
+    h.worker.begin("compile")
+    steer = h.send("steer", "skip the docs")
+
+    decision = h.worker.checkpoint(state=TRICKY_STATE)
+
+    assert decision.action == "preempt" and decision.item is not None
+    assert decision.item.id == steer  # still a safe point: the decision is the same
+    (line,) = _saved_lines(h)
+    assert line.splitlines() == [line]  # no character any reader could split it on
+    assert "\x1b" not in line and "\x9b" not in line  # no raw escape sequence either
+    assert "naïve café ✓ 🚀" in line  # not ASCII-escaped
+    assert parse_line(line) == CheckpointRecord(TRICKY_STATE)  # what the leader will store
+    lines = h.lines()
+    assert lines.index(line) < lines.index(next(x for x in lines if '"preempt"' in x))
+
+
+def test_checkpoint_saves_none_and_without_a_state_saves_nothing(h: Harness) -> None:
+    h.worker.begin("compile")
+
+    assert h.worker.checkpoint().action == "continue"
+    assert _saved_lines(h) == []
+    assert h.worker.checkpoint(state=None).action == "continue"
+    assert _saved_lines(h) == ["@supervisor checkpoint: null"]
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "match"),
+    [
+        (object(), TypeError, "not JSON serializable"),
+        ({"ratio": float("nan")}, ValueError, "not JSON compliant"),
+        (
+            "x" * MAX_CHECKPOINT,
+            ValueError,
+            f"limited to {MAX_CHECKPOINT} bytes of JSON, this one has {MAX_CHECKPOINT + 2}",
+        ),
+    ],
+    ids=["not-json", "nan", "too-large"],
+)
+def test_a_state_json_cannot_hold_is_refused_and_nothing_is_saved(
+    h: Harness, state: object, error: type[Exception], match: str
+) -> None:
+    work = h.worker.begin("compile")
+    before = h.lines()
+
+    with pytest.raises(error, match=match):
+        h.worker.checkpoint(state=state)
+
+    assert h.lines() == before and h.worker.focus is work
+
+
+def test_checkpoint_without_a_focus_is_refused_before_saving(h: Harness) -> None:
+    with pytest.raises(RuntimeError, match=r"needs a focus: call next\(\) or begin\(\) first"):
+        h.worker.checkpoint(state={"done": []})
+    assert h.lines() == []
+
+
+def _checkpoint_file(folder: Path, state: object, task_id: str = "t") -> Path:
+    """A checkpoint file exactly as the leader writes it."""
+    saved = Checkpoint(
+        task_id=task_id, attempt=1, saved_at="2026-11-30T03:41:00.123456Z", state=state
+    )
+    path = folder / f"{task_id}.json"
+    path.write_bytes(dump_model(saved))
+    return path
+
+
+def test_restored_returns_what_the_previous_attempt_saved(
+    tmp_path: Path, harness: Callable[..., Harness]
+) -> None:
+    h = harness(checkpoint_file=_checkpoint_file(tmp_path, TRICKY_STATE))
+
+    assert h.worker.restored() == TRICKY_STATE
+    assert h.worker.restored(default="fresh") == TRICKY_STATE
+
+
+def test_a_saved_none_is_told_apart_from_no_checkpoint_by_a_default(
+    tmp_path: Path, harness: Callable[..., Harness]
+) -> None:
+    saved_none = harness(checkpoint_file=_checkpoint_file(tmp_path, None))
+    nothing_saved = harness()
+
+    assert saved_none.worker.restored() is None and nothing_saved.worker.restored() is None
+    assert saved_none.worker.restored(default="fresh") is None
+    assert nothing_saved.worker.restored(default="fresh") == "fresh"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [None, b"", b'{"taskId": "t", "state": ', b"[1, 2]", b"\xff\xfe", "another task"],
+    ids=["missing", "empty", "torn", "not-an-object", "not-utf8", "another-task"],
+)
+def test_restored_is_the_default_when_the_checkpoint_cannot_be_used(
+    tmp_path: Path, harness: Callable[..., Harness], content: bytes | str | None
+) -> None:
+    path = tmp_path / "t.json"
+    if content == "another task":
+        path = _checkpoint_file(tmp_path, {"done": ["x"]}, task_id="other")
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+
+    h = harness(checkpoint_file=path)
+
+    assert h.worker.restored() is None and h.worker.restored(default="fresh") == "fresh"
+
+
+def test_restored_is_read_at_the_start_not_replaced_by_this_attempts_own_saves(
+    tmp_path: Path, harness: Callable[..., Harness]
+) -> None:
+    path = _checkpoint_file(tmp_path, {"done": ["parser"]})
+    h = harness(checkpoint_file=path)
+    _checkpoint_file(tmp_path, {"done": ["parser", "lexer"]})  # the leader stores a new save
+
+    assert h.worker.restored() == {"done": ["parser"]}
+
+
+def test_from_env_finds_the_checkpoint_the_leader_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _checkpoint_file(tmp_path, {"done": ["parser"]})
+    monkeypatch.setenv(env.RUN_ID.name, "20261130-034100-7f3a")
+    monkeypatch.setenv(env.TASK_ID.name, "t")
+    monkeypatch.setenv(env.ATTEMPT.name, "2")
+    monkeypatch.setenv(env.CHECKPOINT.name, str(path))
+    read_end, write_end = os.pipe()
+    worker = Worker.from_env(stdin_fd=read_end, stdout=io.StringIO())
+    try:
+        assert worker.attempt == 2 and worker.restored() == {"done": ["parser"]}
+    finally:
+        os.close(write_end)
+        worker._reader.join(timeout=5)
+        os.close(read_end)
+
+
+SAVER = """
+import json, sys
+from crew.worker import LeaderGone, Worker
+
+worker = Worker.from_env()
+progress = worker.restored()
+print(f"attempt {worker.attempt} restored {json.dumps(progress, ensure_ascii=False)}", flush=True)
+worker.begin(sys.argv[1])
+if worker.attempt == 1:
+    worker.checkpoint(state={"done": ["parser", "lexer"], "note": "naïve ✓"})
+    try:
+        worker.next()  # holds the attempt open until the leader is gone
+    except LeaderGone:
+        sys.exit(1)
+worker.done("compiled")
+"""
+
+
+def test_a_checkpoint_survives_kill_9_and_resume_gives_it_to_the_next_attempt(
+    tmp_path: Path, home: Home
+) -> None:
+    saver = tmp_path / "saver.py"
+    saver.write_text(SAVER)
+    command = ["{python}", str(saver), "{prompt}"]
+    write_crew(tmp_path, [{"id": "t", "prompt": "compile"}], command=command)
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    saved = eventually(lambda: store.checkpoint("t"), timeout=20)
+    assert saved.attempt == 1 and saved.state == {"done": ["parser", "lexer"], "note": "naïve ✓"}
+
+    leader.process.kill()  # SIGKILL: no goodbye
+    leader.finish()
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+
+    assert resumed.finish() == 0, resumed.err
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED and task.attempt == 2
+    log = store.paths.log("t").read_text()
+    assert "attempt 1 restored null" in log
+    assert 'attempt 2 restored {"done": ["parser", "lexer"], "note": "naïve ✓"}' in log
