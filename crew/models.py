@@ -166,8 +166,8 @@ class Checkpoint(StateModel):
     attempt: Annotated[int, Field(ge=1)]
     """The attempt that saved it."""
     saved_at: Timestamp
-    state: Any
-    """Whatever the worker saved: any JSON value."""
+    state: Any = None
+    """Whatever the worker saved: any JSON value (left out of the file when it is null)."""
 
 
 class Run(StateModel):

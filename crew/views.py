@@ -163,7 +163,12 @@ def _attach_decisions(views: list[MessageView]) -> None:
             if focus is not None and decision.get("action") in REDIRECTING_DECISIONS:
                 focus.decisions.append({**decision, "by": view.message.id})
     for view in views:
-        view.decisions.sort(key=lambda d: str(d.get("at", "")))
+        view.decisions.sort(key=lambda d: (str(d.get("at", "")), _seq(d)))
+
+
+def _seq(decision: dict[str, object]) -> int:
+    seq = decision.get("seq")
+    return seq if isinstance(seq, int) else 0
 
 
 def event_filter(type_name: str | None, task: str | None) -> Callable[[Event], bool]:

@@ -167,7 +167,12 @@ def decide(txn: Txn, task_id: str, decision: dict[str, Any]) -> None:
     if message is None or message.task_id != task_id:
         txn.record(EventType.ATTENTION_DECISION, task_id=task_id, message=text, data=data)
         return
-    entry = {"at": txn.at, **{k: v for k, v in decision.items() if k != "item"}}
+    # `seq` orders decisions taken in the same instant (one leader transaction).
+    entry = {
+        "at": txn.at,
+        "seq": txn.next_seq,
+        **{k: v for k, v in decision.items() if k != "item"},
+    }
     kept = dict(message.data or {})
     kept[MessageData.DECISIONS] = [*kept.get(MessageData.DECISIONS, []), entry]
     txn.record(

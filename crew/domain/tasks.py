@@ -29,6 +29,8 @@ from crew.registry import (
 from crew.store.txn import Txn
 from crew.text import first_line, short
 
+#: The largest checkpoint kept, as JSON: it travels in an event line (1 MiB at most).
+MAX_CHECKPOINT = 512 * 1024
 #: The changes that close a task's open question (if it has one).
 _NO_QUESTION: dict[str, Any] = {"contact": None, "waiting_since": None}
 #: A dependency that ends in one of these can never complete: its dependents are cancelled.
@@ -244,10 +246,21 @@ def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
     )
 
 
-def checkpoint(txn: Txn, task_id: str, state: Any) -> Checkpoint:
-    """The worker saved its progress: the task's next attempt gets it back."""
+def checkpoint(txn: Txn, task_id: str, state: Any) -> Checkpoint | None:
+    """The worker saved its progress: the task's next attempt gets it back. A state too large to
+    keep (over MAX_CHECKPOINT bytes of JSON) is refused, and the refusal recorded."""
     task = txn.task(task_id)
     saved = Checkpoint(task_id=task_id, attempt=max(task.attempt, 1), saved_at=txn.at, state=state)
+    size = len(saved.to_line())
+    if size > MAX_CHECKPOINT:
+        txn.record(
+            EventType.AGENT_ERROR,
+            task_id=task_id,
+            message=f"{task_id}'s checkpoint was not kept: {size} bytes, over the "
+            f"{MAX_CHECKPOINT}-byte limit",
+            data={"error": "checkpoint too large", "bytes": size},
+        )
+        return None
     txn.record(
         EventType.TASK_CHECKPOINTED,
         task_id=task_id,

@@ -59,6 +59,11 @@ class Txn:
         return self.state.task(task_id)
 
     @property
+    def next_seq(self) -> int:
+        """The seq the next event recorded in this transaction will get."""
+        return self._last_seq + 1
+
+    @property
     def changed(self) -> bool:
         """Whether anything has been recorded."""
         return bool(self._events)
