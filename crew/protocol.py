@@ -38,9 +38,34 @@ _PREFIX_RE = re.compile(r"^\s*@supervisor(?![A-Za-z0-9_])")
 _CONTACT_RE = re.compile(r"^\s*@supervisor\s+([A-Za-z_]+)\s*:\s?(.*)$", re.DOTALL)
 _OPTIONS_RE = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
 _MESSAGE_ID_RE = re.compile(r"^msg_[0-9a-z]{1,32}$")
-# Line breaks a reader might split on, and every other control character.
-_NEWLINES_RE = re.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+# Text framing (docs/worker-protocol.md, "Plain lines"). Every line break a reader might split
+# on becomes one ␤ (SYMBOL FOR NEWLINE).
+_LINE_BREAKS_RE = re.compile(r"\r\n|[\n\r\x0b\x0c\x85\u2028\u2029]")
+# Any other control character as something visible and inert: a tab as the space it stands for,
+# C0 controls and DEL as their Unicode control pictures (␀ … ␟, ␡), C1 controls (which have no
+# pictures, and some terminals obey) as the replacement character.
+_VISIBLE_CONTROLS = str.maketrans(
+    {
+        **{code: chr(0x2400 + code) for code in range(0x20)},
+        0x09: " ",
+        0x7F: "\u2421",
+        **{code: "\ufffd" for code in range(0x80, 0xA0)},
+    }
+)
+# The three ASCII characters through which a shell idiom can make new text out of a line: a
+# backslash (escapes in `read` without -r, `echo` in dash, `echo -e`, `printf FORMAT`), a percent
+# sign (`printf "$line"` deletes text with `%s` and, in bash, prints a newline with `%(%n)T`) and
+# an at sign (from which deletions, or `echo -n` gluing two messages, could spell `@supervisor`).
+# Each becomes a look-alike outside ASCII: in UTF-8 every byte of such a character is >= 0x80, so
+# no shell, echo or printf, byte-oriented (dash) or not, can read one as an escape, a directive
+# or an `@`.
+_SHELL_LOOKALIKES = str.maketrans(
+    {
+        "\\": "\u29f5",  # REVERSE SOLIDUS OPERATOR
+        "%": "\uff05",  # FULLWIDTH PERCENT SIGN
+        "@": "\uff20",  # FULLWIDTH COMMERCIAL AT
+    }
+)
 
 MAX_PROMPT = 8 * 1024
 _NOT_JSON = object()
@@ -149,14 +174,18 @@ def _contact(kind: ContactType, rest: str) -> Contact | Malformed:
     return Contact(kind, rest[:MAX_PROMPT], options)
 
 
+def one_line(text: str) -> str:
+    """`text` as one line of visible characters: escape sequences removed whole, line breaks shown
+    as ␤, a tab as a space, any other control character as its picture (C1 controls as �)."""
+    return _LINE_BREAKS_RE.sub("\u2424", strip_ansi(text)).translate(_VISIBLE_CONTROLS)
+
+
 def contact_line(kind: ContactType, prompt: str, options: list[str] | None = None) -> str:
     """The line a worker prints to ask (the inverse of parse_line for contacts)."""
-    text = " ".join(sanitize_text(prompt).split())
+    text = " ".join(one_line(prompt).split())
     if options:
         text += (
-            " ["
-            + "|".join(" ".join(sanitize_text(o).replace("|", "/").split()) for o in options)
-            + "]"
+            " [" + "|".join(" ".join(one_line(o).replace("|", "/").split()) for o in options) + "]"
         )
     return f"@supervisor {kind}: {text}"
 
@@ -177,13 +206,10 @@ def json_frame(message: MailboxMessage) -> bytes:
 
 
 def sanitize_text(body: str) -> str:
-    """One safe line: line breaks become the two characters `\\n`, escape sequences and other
-    control characters are removed (a tab becomes a space), so a message can never forge input
-    lines or terminal sequences."""
-    text = strip_ansi(body)
-    text = _NEWLINES_RE.sub("\\\\n", text)
-    text = text.replace("\t", " ")
-    return _CONTROL_RE.sub("", text)
+    """A message body as the one line a plain-text worker reads: `one_line`, with backslash, `%`
+    and `@` as look-alikes, so that no shell idiom (`read`, `echo`, `printf`) can turn it into
+    more lines, a terminal sequence or an `@supervisor` line. Lossy by design."""
+    return one_line(body).translate(_SHELL_LOOKALIKES)
 
 
 def text_frame(message: MailboxMessage) -> bytes:

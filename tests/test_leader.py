@@ -194,7 +194,7 @@ def test_text_input_gets_one_sanitized_line_per_message(tmp_path: Path, home: Ho
     verbs.respond(store, "t", "line one\nline two\x1b[31m red\x07", session=SESSION)
 
     assert leader.finish() == 0
-    assert "got line one\\nline two red\n" in log_of(store, "t")
+    assert "got line one␤line two red␇\n" in log_of(store, "t")
 
 
 def test_cancel_from_the_shell_stops_the_worker_and_ends_the_run(

@@ -19,8 +19,8 @@ from crew.protocol import (
     Report,
     contact_line,
     json_frame,
+    one_line,
     parse_line,
-    sanitize_text,
     text_frame,
 )
 from crew.registry import ContactType, Direction, MessageKind, MessageStatus, TaskStatus
@@ -76,7 +76,7 @@ def test_the_parser_never_raises_and_plain_text_stays_plain(text: str) -> None:
 
 
 def _visible(text: str) -> bool:
-    return bool(sanitize_text(text).split())
+    return bool(one_line(text).split())
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,11 +96,11 @@ def test_contact_lines_round_trip_through_ansi_colour(
 
     assert isinstance(parsed, Contact), (line, parsed)
     assert parsed.type is kind
-    assert parsed.prompt == " ".join(sanitize_text(prompt).split())
+    assert parsed.prompt == " ".join(one_line(prompt).split())
     if wanted:
         expected = []
         for option in options:
-            clean = " ".join(sanitize_text(option).split())
+            clean = " ".join(one_line(option).split())
             if clean and clean not in expected:
                 expected.append(clean)
         assert parsed.options == expected
@@ -150,7 +150,7 @@ def test_a_text_frame_is_always_exactly_one_safe_line(body: str) -> None:
 
 def test_text_frames_show_line_breaks_and_drop_escape_sequences() -> None:
     body = "one\ntwo\r\nthree\x1b[2J\x1b]0;pwned\x07four\tfive\x00"
-    assert text_frame(_message(MessageKind.RESPOND, body)) == b"one\\ntwo\\nthreefour five\n"
+    assert text_frame(_message(MessageKind.RESPOND, body)) == "one␤two␤threefour five␀\n".encode()
 
 
 def _task(status: TaskStatus) -> Task:
