@@ -1,10 +1,12 @@
-"""Helpers shared by the adapter tests: run a fake agent CLI from tests/fakes under `crew run`,
-read what it received, and build the lines and messages the line-by-line tests feed an adapter."""
+"""Helpers shared by the adapter tests: run a fake agent CLI from tests/fakes under `crew run`
+(and kill its leader, then resume the run), read what it received, and build the lines and
+messages the line-by-line tests feed an adapter."""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,14 @@ from crew.store.runstore import RunStore
 FAKES = Path(__file__).parent / "fakes"
 
 
+@dataclass
+class Launch:
+    """One start of a fake agent: its arguments, and what it received, in order."""
+
+    argv: list[str]
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+
 class FakeAgent:
     """tests/fakes/<name>.py, run as the one task `t` of a crew speaking `protocol`."""
 
@@ -26,14 +36,15 @@ class FakeAgent:
         self.script = FAKES / f"{name}.py"
         self.protocol = protocol
         self.marker = f"fake-{name} got "  # each fake echoes what it received on stderr
+        self.launched = f"fake-{name} argv "  # and, first of all, its arguments
 
     def start(
-        self, tmp_path: Path, home: Home, prompt: str, **agent: Any
+        self, tmp_path: Path, home: Home, prompt: str, *, args: tuple[str, ...] = (), **agent: Any
     ) -> tuple[Leader, RunStore]:
         write_crew(
             tmp_path,
             [{"id": "t", "prompt": prompt}],
-            command=[sys.executable, str(self.script)],
+            command=[sys.executable, str(self.script), *args],
             agent={"protocol": self.protocol, **agent},
         )
         leader = Leader("run", "crew.toml", cwd=tmp_path)
@@ -46,6 +57,24 @@ class FakeAgent:
             for line in lines(store)
             if line.startswith(self.marker)
         ]
+
+    def launches(self, store: RunStore) -> list[Launch]:
+        """Each start of the fake (one per attempt), in order."""
+        found: list[Launch] = []
+        for line in lines(store):
+            if line.startswith(self.launched):
+                found.append(Launch(json.loads(line.removeprefix(self.launched))))
+            elif line.startswith(self.marker):
+                found[-1].sent.append(json.loads(line.removeprefix(self.marker)))
+        return found
+
+
+def killed_and_resumed(leader: Leader, store: RunStore, cwd: Path) -> Leader:
+    """SIGKILL the leader (its agent keeps running, cut off), then `crew resume` the run."""
+    leader.process.kill()
+    leader.finish()
+    assert not store.state().tasks["t"].status.terminal  # cut off mid-conversation
+    return Leader("resume", leader.run_id, cwd=cwd)
 
 
 def log(store: RunStore) -> str:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from conftest import SESSION
-from fake_agents import FakeAgent, line, log, message, notes
+from fake_agents import FakeAgent, killed_and_resumed, line, log, message, notes
 from leaders import eventually
 
 from crew import verbs
-from crew.adapters.base import AgentError, TurnEnd
-from crew.adapters.claude_code import ClaudeCodeAdapter
+from crew.adapters.base import AgentError, SessionStarted, TurnEnd
+from crew.adapters.claude_code import ClaudeCodeAdapter, continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
@@ -355,3 +355,108 @@ def test_one_text_answers_every_question_and_a_multi_select_one_is_an_input() ->
     assert contact == Contact(ContactType.NEED_INPUT, "Q? [A|B] (any of them)")
     answer = json.loads(claude.deliver(message(MessageKind.RESPOND, "A, B")).write)
     assert answer["response"]["response"]["updatedInput"]["answers"] == {"Q?": "A, B"}
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+def transcript(tmp_path: Path, session: str) -> Path:
+    """Where the fake claude (run in tmp_path, its config folder ./.claude) keeps a session."""
+    project = "".join(c if c.isalnum() else "-" for c in str(tmp_path))
+    return tmp_path / ".claude" / "projects" / project / f"{session}.jsonl"
+
+
+def test_claudes_session_is_recorded_and_a_resumed_run_continues_it(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    session = store.state().tasks["t"].session  # system/init came before the question
+    assert session is not None and transcript(tmp_path, session).is_file()
+
+    resumed = killed_and_resumed(leader, store, tmp_path)
+    asked = eventually(lambda: (t := store.state().tasks["t"]).attempt == 2 and t.contact)
+    assert asked.prompt == DATABASE  # the quoted task asks again, in the same conversation
+    verbs.respond(store, "t", "SQLite", session=SESSION)
+
+    assert resumed.finish() == 0
+    first, second = AGENT.launches(store)
+    assert not any(arg.startswith("--resume") for arg in first.argv)
+    assert second.argv[-1] == f"--resume={session}"
+    assert second.sent[0] == user(continuation(store.state().tasks["t"]))
+    assert f"resumed {session}: " in log(store)
+    assert "earlier messages, the first prompt: ASKQ" in log(store)
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED and task.attempt == 2 and task.session == session
+
+
+def test_a_session_claude_no_longer_has_fails_the_attempt_with_claudes_reason(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    session = store.state().tasks["t"].session
+    assert session is not None
+    transcript(tmp_path, session).unlink()  # e.g. claude's cleanup removed it meanwhile
+
+    resumed = killed_and_resumed(leader, store, tmp_path)
+
+    assert resumed.finish() == 1
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED and task.attempt == 2
+    assert task.error == f"No conversation found with session ID: {session}"
+
+
+def test_with_no_session_persistence_claude_saves_nothing_and_no_session_is_recorded(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "first job", args=("--no-session-persistence",))
+
+    assert leader.finish() == 0
+    assert '"subtype": "init"' in log(store)  # claude named a session all the same
+    assert store.state().tasks["t"].session is None
+    assert not (tmp_path / ".claude").exists()
+
+
+def claude_task(session: str | None = None) -> Task:
+    return Task(
+        id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING, session=session
+    )
+
+
+def init(session: str) -> str:
+    return line(type="system", subtype="init", session_id=session, cwd="/w", tools=[])
+
+
+def test_resume_is_asked_for_only_when_an_earlier_attempt_recorded_a_session() -> None:
+    claude = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code"))
+    argv = ["claude", "-p", "--input-format", "stream-json"]
+
+    assert claude.command(argv, claude_task()) == argv
+    assert claude.command(argv, claude_task("-x")) == [*argv, "--resume=-x"]  # bound to it
+
+
+def test_the_session_of_system_init_is_reported_once_and_again_when_it_changes() -> None:
+    claude = adapter()
+
+    assert claude.on_line(init("s-1")).signals == [SessionStarted("s-1")]
+    assert claude.on_line(init("s-1")).signals == []  # every turn names it
+    assert claude.on_line(init("s-2")).signals == [SessionStarted("s-2")]  # --fork-session
+
+
+def test_a_resumed_attempt_continues_and_reports_no_session_it_already_knows() -> None:
+    claude = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code"))
+    resumed = claude_task("s-1")
+
+    first = json.loads(claude.start(resumed).write)
+
+    assert first == user(continuation(resumed))
+    assert claude.on_line(init("s-1")).signals == []
+
+
+def test_without_session_persistence_no_session_is_reported() -> None:
+    command = ["claude", "-p", "--no-session-persistence"]
+    claude = ClaudeCodeAdapter(AgentConfig(command=command, protocol="claude-code"))
+    claude.start(claude_task())
+
+    assert claude.on_line(init("s-1")).signals == []

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 from conftest import SESSION
-from fake_agents import FakeAgent, line, lines, log, message, notes
+from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message, notes
 from leaders import eventually
 
 import crew
 from crew import verbs
-from crew.adapters.base import AgentError, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, SessionStarted, TurnEnd, Withdrawn
+from crew.adapters.claude_code import continuation
 from crew.adapters.codex import CodexAdapter
 from crew.config import AgentConfig
 from crew.models import Task
@@ -23,6 +24,7 @@ from crew.protocol import Contact
 from crew.registry import (
     Box,
     ContactType,
+    EventType,
     MessageKind,
     RunStatus,
     TaskStatus,
@@ -64,7 +66,7 @@ def test_the_handshake_comes_in_order_before_the_first_turn(tmp_path: Path, home
         {
             "id": 2,
             "method": "thread/start",
-            "params": {"approvalPolicy": "on-request", "ephemeral": True},
+            "params": {"approvalPolicy": "on-request", "ephemeral": False},
         },
         {
             "id": 3,
@@ -333,3 +335,149 @@ def test_withdrawn_questions_give_way_and_a_late_answer_is_a_message() -> None:
     ]
     late = json.loads(codex.deliver(message(MessageKind.RESPOND, "yes")).write)
     assert late["method"] == "turn/steer" and late["params"]["expectedTurnId"] == turn
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+def rollouts(tmp_path: Path) -> list[Path]:
+    """The threads the fake codex (run in tmp_path, its home ./.codex) has kept."""
+    return sorted((tmp_path / ".codex" / "sessions").glob("*/*/*/rollout-*.jsonl"))
+
+
+def resumed_attempt(store: Any) -> Any:
+    """The second attempt's question, once it asks it."""
+    return eventually(lambda: (t := store.state().tasks["t"]).attempt == 2 and t.contact)
+
+
+def test_codexs_thread_is_recorded_and_a_resumed_run_continues_it(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    thread = store.state().tasks["t"].session
+    (kept,) = rollouts(tmp_path)
+    assert thread is not None and kept.name.endswith(f"-{thread}.jsonl")
+
+    resumed = killed_and_resumed(leader, store, tmp_path)
+    assert resumed_attempt(store).prompt == "Database: Which database should we use?"
+    verbs.respond(store, "t", "SQLite", session=SESSION)
+
+    assert resumed.finish() == 0
+    first, second = AGENT.launches(store)
+    assert first.argv == second.argv == []  # codex resumes in its protocol
+    assert first.sent[2]["method"] == "thread/start"
+    assert second.sent[2] == {
+        "id": 2,
+        "method": "thread/resume",
+        "params": {"threadId": thread, "approvalPolicy": "on-request"},
+    }
+    task = store.state().tasks["t"]
+    assert second.sent[3]["method"] == "turn/start"
+    assert second.sent[3]["params"] == {
+        "threadId": thread,
+        "input": [{"type": "text", "text": continuation(task)}],
+    }
+    assert f"resumed {thread}: " in log(store)
+    assert "earlier messages, the first prompt: ASKQ" in log(store)
+    assert len(said(store, "thread/started")) == 1  # resuming announces no new thread
+    assert task.status is TaskStatus.COMPLETED and task.attempt == 2 and task.session == thread
+
+
+def test_a_thread_codex_no_longer_has_is_replaced_by_a_new_one_given_the_task(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    lost = store.state().tasks["t"].session
+    for kept in rollouts(tmp_path):
+        kept.unlink()  # e.g. archived, or CODEX_HOME changed
+
+    resumed = killed_and_resumed(leader, store, tmp_path)
+    resumed_attempt(store)
+    verbs.respond(store, "t", "SQLite", session=SESSION)
+
+    assert resumed.finish() == 0
+    second = AGENT.launches(store)[1]
+    assert [m.get("method") for m in second.sent[2:5]] == [
+        "thread/resume",
+        "thread/start",
+        "turn/start",
+    ]
+    assert second.sent[4]["params"]["input"] == [{"type": "text", "text": "ASKQ"}]
+    errors = [e.message for e in store.events().records if e.type is EventType.AGENT_ERROR]
+    assert errors == [
+        f"t: codex: cannot resume thread {lost} (no rollout found for thread id {lost}):"
+        " starting a new one"
+    ]
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED
+    assert task.session is not None and task.session != lost
+    assert [p.name.endswith(f"-{task.session}.jsonl") for p in rollouts(tmp_path)] == [True]
+
+
+def codex_task(session: str | None = None) -> Task:
+    return Task(
+        id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING, session=session
+    )
+
+
+def opened(codex: CodexAdapter, task: Task) -> dict[str, Any]:
+    """Start the adapter and answer `initialize`: the request that opens the thread."""
+    codex.start(task)
+    _, request = codex.on_line(line(id=1, result={})).write.splitlines()
+    return json.loads(request)
+
+
+def test_the_command_line_is_left_alone_codex_resumes_in_its_protocol() -> None:
+    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    assert codex.command(["codex", "app-server"], codex_task("th")) == ["codex", "app-server"]
+
+
+def test_a_new_thread_is_kept_and_its_id_reported_as_the_session() -> None:
+    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    request = opened(codex, codex_task())
+    assert request["method"] == "thread/start" and request["params"]["ephemeral"] is False
+
+    reaction = codex.on_line(line(id=2, result={"thread": {"id": "th", "ephemeral": False}}))
+
+    assert reaction.signals == [SessionStarted("th")]
+    assert json.loads(reaction.write)["params"]["input"] == [{"type": "text", "text": "go"}]
+
+
+def test_a_resumed_attempt_resumes_the_thread_and_continues_in_it() -> None:
+    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    resumed = codex_task("th")
+    request = opened(codex, resumed)
+    assert request == {
+        "id": 2,
+        "method": "thread/resume",
+        "params": {"threadId": "th", "approvalPolicy": "on-request"},
+    }
+
+    reaction = codex.on_line(line(id=2, result={"thread": {"id": "th", "turns": []}}))
+
+    assert reaction.signals == []  # the leader knows this session
+    first = json.loads(reaction.write)
+    assert first["params"] == {
+        "threadId": "th",
+        "input": [{"type": "text", "text": continuation(resumed)}],
+    }
+
+
+def test_a_refused_resume_starts_a_new_thread_with_the_task_prompt() -> None:
+    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    opened(codex, codex_task("gone"))
+
+    error = {"code": -32600, "message": "no rollout found for thread id gone"}
+    refused = codex.on_line(line(id=2, error=error))
+    assert refused.signals == [
+        AgentError(
+            "codex: cannot resume thread gone (no rollout found for thread id gone):"
+            " starting a new one"
+        )
+    ]
+    assert json.loads(refused.write)["method"] == "thread/start"
+    started = codex.on_line(line(id=3, result={"thread": {"id": "th2"}}))
+    assert started.signals == [SessionStarted("th2")]
+    assert json.loads(started.write)["params"]["input"] == [{"type": "text", "text": "go"}]

@@ -1,14 +1,22 @@
-"""The pi adapter end to end under `crew run`, against a fake pi that speaks its RPC protocol."""
+"""The pi adapter end to end under `crew run`, against a fake pi that speaks its RPC protocol;
+and, driven line by line, how it names and resumes pi's session."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from conftest import SESSION
-from fake_agents import FakeAgent, log
+from fake_agents import FakeAgent, killed_and_resumed, line, log
 from leaders import eventually
 
 from crew import verbs
+from crew.adapters.base import SessionStarted
+from crew.adapters.claude_code import continuation
+from crew.adapters.pi import PiAdapter
+from crew.config import AgentConfig
+from crew.models import Task
 from crew.paths import Home
 from crew.registry import Box, ContactType, RunStatus, TaskStatus
 from crew.waiting import Until, wait_for_run
@@ -16,6 +24,12 @@ from crew.waiting import Until, wait_for_run
 AGENT = FakeAgent("pi", "pi")
 start = AGENT.start
 sent = AGENT.sent
+
+
+def dialog_answer(store: Any) -> dict[str, Any]:
+    """The (only) extension_ui_response crew sent."""
+    (answer,) = [c for c in sent(store) if c["type"] == "extension_ui_response"]
+    return answer
 
 
 def test_a_selection_dialog_becomes_a_question_and_the_answer_goes_back(
@@ -31,7 +45,7 @@ def test_a_selection_dialog_becomes_a_question_and_the_answer_goes_back(
     assert leader.finish() == 0
     commands = sent(store)
     assert commands[0] == {"id": "crew-1", "type": "prompt", "message": "ASK:select"}
-    assert commands[1]["type"] == "extension_ui_response" and commands[1]["value"] == "green"
+    assert dialog_answer(store)["value"] == "green"
     assert '"value": "green"' in log(store)
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
 
@@ -45,11 +59,8 @@ def test_a_confirm_dialog_is_confirmed_only_by_a_yes(tmp_path: Path, home: Home)
     verbs.respond(store, "t", "no, not today", session=SESSION)
 
     assert leader.finish() == 0
-    assert sent(store)[1] == {
-        "type": "extension_ui_response",
-        "id": sent(store)[1]["id"],
-        "confirmed": False,
-    }
+    answer = dialog_answer(store)
+    assert answer == {"type": "extension_ui_response", "id": answer["id"], "confirmed": False}
 
 
 def test_a_steer_mid_run_is_a_steering_prompt(tmp_path: Path, home: Home) -> None:
@@ -118,3 +129,92 @@ def test_a_failed_turn_fails_the_task_with_the_model_error(tmp_path: Path, home:
     task = store.state().tasks["t"]
     assert task.status is TaskStatus.FAILED and task.error == '400 {"error":"mock: forced failure"}'
     assert store.messages(Box.OUTBOX) == []
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+def test_pis_session_file_is_recorded_and_a_resumed_run_continues_it(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASK:select")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    session = eventually(lambda: store.state().tasks["t"].session)
+    assert Path(session).is_file()  # pi saved the conversation: the model had answered once
+
+    resumed = killed_and_resumed(leader, store, tmp_path)
+
+    assert resumed.finish() == 0
+    first, second = AGENT.launches(store)
+    assert "--session" not in first.argv
+    assert second.argv[-2:] == ["--session", session]
+    assert first.sent[:2] == [
+        {"id": "crew-1", "type": "prompt", "message": "ASK:select"},
+        {"id": "crew-2", "type": "get_state"},
+    ]
+    assert second.sent[0]["type"] == "prompt"
+    assert second.sent[0]["message"] == continuation(store.state().tasks["t"])
+    # The resumed pi had the earlier conversation: the prompt and the tool call that asked.
+    assert "2 earlier messages, the first prompt: ASK:select" in log(store)
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED and task.attempt == 2 and task.session == session
+
+
+def test_with_no_session_pi_keeps_nothing_and_no_session_is_recorded(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "first job", args=("--no-session",))
+
+    assert leader.finish() == 0
+    assert {"id": "crew-2", "type": "get_state"} in sent(store)
+    assert '"sessionId"' in log(store)  # pi named its in-memory session, but no file
+    assert store.state().tasks["t"].session is None
+    assert not (tmp_path / ".pi").exists()
+
+
+def pi() -> PiAdapter:
+    return PiAdapter(AgentConfig(command=["pi", "--mode", "rpc"], protocol="pi"))
+
+
+def task(session: str | None = None) -> Task:
+    return Task(
+        id="t", agent="w", title="t", prompt="go", status=TaskStatus.RUNNING, session=session
+    )
+
+
+def state(**data: Any) -> str:
+    return line(id="crew-2", type="response", command="get_state", success=True, data=data)
+
+
+def test_the_session_file_is_passed_to_pi_only_when_an_earlier_attempt_recorded_one() -> None:
+    argv = ["pi", "--mode", "rpc"]
+
+    assert pi().command(argv, task()) == argv
+    assert pi().command(argv, task("/s/a.jsonl")) == [*argv, "--session", "/s/a.jsonl"]
+
+
+def test_the_session_file_pi_names_is_reported_once() -> None:
+    adapter = pi()
+    commands = [json.loads(c) for c in adapter.start(task()).write.splitlines()]
+    assert commands == [
+        {"id": "crew-1", "type": "prompt", "message": "go"},
+        {"id": "crew-2", "type": "get_state"},
+    ]
+
+    named = state(sessionFile="/s/a.jsonl", sessionId="abc", messageCount=1)
+    assert adapter.on_line(named).signals == [SessionStarted("/s/a.jsonl")]
+    assert adapter.on_line(named).signals == []
+    assert pi().on_line(state(sessionId="abc", messageCount=1)).signals == []  # --no-session
+    database = state(sessionFile="/s/sessions.sqlite", sessionId="abc")
+    assert pi().on_line(database).signals == []  # not a file of its own to pass to --session
+
+
+def test_a_resumed_attempt_continues_instead_of_starting_the_task_again() -> None:
+    adapter = pi()
+    resumed = task("/s/a.jsonl")
+
+    (prompt, _) = [json.loads(c) for c in adapter.start(resumed).write.splitlines()]
+
+    assert prompt == {"id": "crew-1", "type": "prompt", "message": continuation(resumed)}
+    assert continuation(resumed).endswith("The task, as first given:\n\ngo")
+    assert adapter.on_line(state(sessionFile="/s/a.jsonl")).signals == []  # known already

@@ -23,6 +23,17 @@ in its environment.
   An `authentication_failed` assistant message names the failure. A control request crew sent
   that claude refuses is an error; one claude sends that crew does not know is refused.
 - Cancel: an `interrupt` control request that also drops claude's queued messages.
+- Session: claude names its session in the `system`/`init` message that opens every turn
+  (`session_id`, a UUID; results carry it too), and keeps the transcript in
+  `~/.claude/projects/<cwd>/<id>.jsonl` (under `CLAUDE_CONFIG_DIR` when set). It is reported
+  once, or again when it changes (`--fork-session`); with `--no-session-persistence` in the
+  command nothing is saved, so nothing is reported. A later attempt runs the same command plus
+  `--resume=<id>`: `-p` is a plain switch, so the flag's place does not matter, and the `=` form
+  binds the value to the flag even if it began with a dash (the Agent SDKs pass it so). Resumed
+  without `--fork-session`, claude keeps the same id. Its first user message is not the prompt
+  again but `continuation()`. A session claude cannot find ends at once: an
+  `error_during_execution` result whose `errors` say `No conversation found with session ID: …`,
+  then exit 1, which fails the attempt with that message.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, Withdrawn
 from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
@@ -46,6 +57,22 @@ _LOGGED_OUT = "authentication_failed"
 _MULTI_PROMPT = (
     "Answer with a JSON object mapping each question to its answer, or one text for all:"
 )
+#: In claude's command, this flag keeps sessions off the disk: there is nothing to resume.
+_NOT_SAVED = "--no-session-persistence"
+
+
+def continuation(task: Task) -> str:
+    """An agent's first message when its own session was resumed (pi and codex send it too).
+
+    The conversation goes on, so the task is not set again as if new; it is quoted all the same,
+    because the agent may have saved nothing before the attempt was cut short (pi writes its
+    session file only after the first reply), and then this message is all the agent has.
+    """
+    return (
+        "[crew] Your previous run of this task was cut short (the crew leader restarted), and"
+        " this conversation was resumed. Continue from where you left off, without redoing"
+        " what is already done. The task, as first given:\n\n" + task.prompt
+    )
 
 
 @dataclass
@@ -79,14 +106,20 @@ class ClaudeCodeAdapter:
     _withdrawn: bool = False
     _error: str | None = None
     _logged_out: bool = False
+    #: The session id the leader knows (from an earlier attempt, or reported by this one).
+    _session: str | None = None
 
     # ------------------------------------------------------------------ to claude
 
     def command(self, argv: list[str], task: Task) -> list[str]:
-        return argv
+        if task.session is None:
+            return argv
+        return [*argv, f"--resume={task.session}"]
 
     def start(self, task: Task) -> Reaction:
-        return Reaction(write=self._user(task.prompt))
+        self._session = task.session
+        prompt = task.prompt if task.session is None else continuation(task)
+        return Reaction(write=self._user(prompt))
 
     def deliver(self, message: MailboxMessage) -> Reaction:
         if message.kind is MessageKind.RESPOND and self._requests:
@@ -164,11 +197,23 @@ class ClaudeCodeAdapter:
             self._logged_out = True
         elif kind == "result":
             return self._result(event)
+        elif kind == "system" and event.get("subtype") == "init":
+            return self._init(event)
         elif kind == "system" and event.get("subtype") == "session_state_changed":
             self._states = True
             if event.get("state") == "idle" and self._ended is None and not self._owed:
                 return self._turn_end()
         return Reaction()
+
+    def _init(self, event: dict[str, Any]) -> Reaction:
+        """A turn begins: claude names its session (the same one every turn)."""
+        session = event.get("session_id")
+        if not isinstance(session, str) or not session or session == self._session:
+            return Reaction()
+        if _NOT_SAVED in self.agent.command:
+            return Reaction()
+        self._session = session
+        return Reaction(signals=[SessionStarted(session)])
 
     def _result(self, event: dict[str, Any]) -> Reaction:
         self._owed = False

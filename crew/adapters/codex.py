@@ -1,9 +1,19 @@
 """codex as an app server (`codex app-server`, 0.171.0): JSON-RPC 2.0 lines without the
 `"jsonrpc"` field, in both directions.
 
-- Start: `initialize`; on its result `initialized` and `thread/start` (ephemeral, approval policy
+- Start: `initialize`; on its result `initialized` and `thread/start` (approval policy
   `on-request`, in the worker's folder); on that result the task prompt as the first `turn/start`.
   Each request of ours has an integer id, remembered with its method until the response.
+- Session: the thread. It is started with `ephemeral: false` (an ephemeral thread lives in memory
+  only and cannot be resumed), so codex keeps it as a rollout file under
+  `$CODEX_HOME/sessions/` (default `~/.codex`), and its id (`result.thread.id`) is reported as the
+  session. A later attempt sends `thread/resume` (`threadId`, and the same approval policy, which
+  resume accepts as an override) instead of `thread/start`; its result has the shape of
+  thread/start's (no `thread/started` follows), and the first `turn/start` carries
+  `continuation()` instead of the prompt. Codex writes the rollout only once the first user
+  message arrives, so a thread can be gone: resume is refused (`-32600`, `no rollout found for
+  thread id …`), which is an error, not the end — a new thread starts with the task prompt.
+  These threads are ordinary codex threads: they appear in codex's own history.
 - Turns: `turn/completed` ends the turn `turn/started` began: `completed`, `failed` (the error is
   `turn.error.message`, else the last `error` notice that is not retried) or `interrupted`.
   `error` notices with `willRetry` are retries: the first of a turn is a note. The agent is idle
@@ -36,15 +46,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew import __version__
-from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd
+from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
+from crew.adapters.claude_code import continuation
 from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
 
-#: Requests of ours without which the agent cannot work at all.
+#: Requests of ours without which the agent cannot work at all (a refused `thread/resume` falls
+#: back to `thread/start`).
 _SETUP = frozenset({"initialize", "thread/start"})
+#: How every thread is run: codex asks before what its sandbox does not allow.
+_APPROVAL_POLICY = "on-request"
 #: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
 _TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
 _METHOD_NOT_FOUND = -32601
@@ -81,7 +95,9 @@ class CodexAdapter:
     turn: str | None = None
     #: A turn is under way or on its way (False once the leader was told the agent is idle).
     busy: bool = True
-    _prompt: str = ""
+    _task: Task | None = None
+    #: The thread of an earlier attempt, to resume (None: start one).
+    _resume: str | None = None
     _count: int = 0
     _calls: dict[int, _Call] = field(default_factory=dict)
     _queued: list[str] = field(default_factory=list)
@@ -101,10 +117,10 @@ class CodexAdapter:
     # ------------------------------------------------------------------ to codex
 
     def command(self, argv: list[str], task: Task) -> list[str]:
-        return argv
+        return argv  # the thread is resumed in the protocol, not on the command line
 
     def start(self, task: Task) -> Reaction:
-        self._prompt = task.prompt
+        self._task, self._resume = task, task.session
         client = {"name": "crew", "title": "crew", "version": __version__}
         features = {"experimentalApi": True}
         return Reaction(write=self._call("initialize", clientInfo=client, capabilities=features))
@@ -175,20 +191,37 @@ class CodexAdapter:
         result = _dict(message.get("result"))
         if call.method == "initialize":
             initialized = json_line({"method": "initialized"})
-            start = self._call("thread/start", approvalPolicy="on-request", ephemeral=True)
-            return Reaction(write=initialized + start)
-        if call.method == "thread/start":
+            return Reaction(write=initialized + self._open_thread())
+        if call.method in {"thread/start", "thread/resume"}:
             self.thread = str(_dict(result.get("thread")).get("id"))
-            return Reaction(write=self._start_turn(self._prompt))
+            reaction = Reaction(write=self._start_turn(self._first_message()))
+            if self.thread != self._resume:
+                reaction.signals.append(SessionStarted(self.thread))
+            return reaction
         if call.method == "turn/start":
             turn = _dict(result.get("turn")).get("id")
             if turn is not None and turn not in self._completed:
                 self.turn = str(turn)  # turn/started may come after this response
         return self._settle()
 
+    def _open_thread(self) -> bytes:
+        """The thread of an earlier attempt resumed, or a new one started."""
+        if self._resume is None:
+            return self._call("thread/start", approvalPolicy=_APPROVAL_POLICY, ephemeral=False)
+        return self._call("thread/resume", threadId=self._resume, approvalPolicy=_APPROVAL_POLICY)
+
+    def _first_message(self) -> str:
+        """The task prompt on a new thread; on a resumed one, the note to continue."""
+        assert self._task is not None  # a thread is opened only after start()
+        return self._task.prompt if self._resume is None else continuation(self._task)
+
     def _refused(self, call: _Call | None, error: str) -> Reaction:
         if call is None:
             return Reaction(signals=[AgentError(f"codex: {error}")])
+        if call.method == "thread/resume":  # the thread is gone: the task starts over
+            lost = f"codex: cannot resume thread {self._resume} ({error}): starting a new one"
+            self._resume = None
+            return Reaction(write=self._open_thread(), signals=[AgentError(lost)])
         if call.method in _SETUP:
             return Reaction(signals=[AgentError(f"codex: {call.method}: {error}", fatal=True)])
         if call.method == "turn/steer" and call.text is not None:  # the turn ended meanwhile

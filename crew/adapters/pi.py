@@ -1,4 +1,4 @@
-"""pi in RPC mode (`pi --mode rpc --no-session`): JSON lines in both directions.
+"""pi in RPC mode (`pi --mode rpc`): JSON lines in both directions.
 
 - The task prompt is the first `prompt` command; a steer, follow-up or nudge is a `prompt` with
   `streamingBehavior` `steer` or `followUp` while a run is in progress, a plain `prompt` (a new
@@ -11,6 +11,19 @@
 - `agent_settled` ends a turn; an assistant message with `stopReason: "error"` makes it a failed
   turn. A refused `prompt` (no model, no API key) is fatal: no run will ever start.
 - Cancel: `clear_queue`, then `abort`.
+- Session: pi keeps each conversation in a JSONL session file (by default under
+  `~/.pi/agent/sessions/--<cwd>--/`, or `--session-dir`, or `$PI_CODING_AGENT_DIR`). RPC mode
+  announces nothing about it, so after the prompt crew asks `get_state`, whose result names
+  `sessionFile` (and `sessionId`); the file is reported as the session. A later attempt runs the
+  same command plus `--session <file>`: pi loads that file and the conversation goes on, and the
+  first prompt is `continuation()` instead of the task prompt. The file is the session's
+  unambiguous name: an id would be looked up among sessions, and one found in another project
+  makes pi ask (on the terminal) whether to fork it. pi writes the file only once the first
+  assistant message exists; given a path that does not exist, it starts a new session there, so
+  a resumed attempt never fails for want of the file. With `--no-session` (in memory, nothing
+  saved) `get_state` has no `sessionFile`: nothing is reported and a new attempt starts over; so
+  too with anything but a `.jsonl` file (pi's experimental SQLite store keeps sessions in one
+  database, not a file each).
 """
 
 from __future__ import annotations
@@ -18,13 +31,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import AgentError, Questions, Reaction, TurnEnd
+from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
+from crew.adapters.claude_code import continuation
 from crew.adapters.wire import confirms, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import ContactType, MessageKind
 
+#: How pi's session files end; `--session` opens an argument that ends so as a file.
+_SESSION_FILE = ".jsonl"
 _DIALOGS = {
     "select": ContactType.NEED_SELECTION,
     "confirm": ContactType.NEED_CONFIRMATION,
@@ -50,14 +66,20 @@ class PiAdapter:
     _count: int = 0
     _dialogs: Questions[_Dialog] = field(default_factory=Questions)
     _error: str | None = None
+    #: The session file the leader knows (from an earlier attempt, or reported by this one).
+    _session: str | None = None
 
     # ------------------------------------------------------------------ to pi
 
     def command(self, argv: list[str], task: Task) -> list[str]:
-        return argv
+        if task.session is None:
+            return argv
+        return [*argv, "--session", task.session]
 
     def start(self, task: Task) -> Reaction:
-        return Reaction(write=self._prompt(task.prompt))
+        self._session = task.session
+        prompt = task.prompt if task.session is None else continuation(task)
+        return Reaction(write=self._prompt(prompt) + self._command("get_state"))
 
     def deliver(self, message: MailboxMessage) -> Reaction:
         if message.kind is MessageKind.RESPOND and self._dialogs:
@@ -120,6 +142,8 @@ class PiAdapter:
 
     def _response(self, event: dict[str, Any]) -> Reaction:
         if event.get("success") is not False:
+            if event.get("command") == "get_state":
+                return self._state(event.get("data"))
             return Reaction()
         error = str(event.get("error") or "unknown error")
         command = event.get("command")
@@ -127,6 +151,16 @@ class PiAdapter:
             self.busy = False
             return Reaction(signals=[AgentError(f"pi refused the prompt: {error}", fatal=True)])
         return Reaction(signals=[AgentError(f"pi: {command}: {error}")])
+
+    def _state(self, state: Any) -> Reaction:
+        """pi's state names its session file (none when it keeps no session)."""
+        session = state.get("sessionFile") if isinstance(state, dict) else None
+        if not isinstance(session, str) or not session.endswith(_SESSION_FILE):
+            return Reaction()
+        if session == self._session:
+            return Reaction()
+        self._session = session
+        return Reaction(signals=[SessionStarted(session)])
 
     def _dialog(self, event: dict[str, Any]) -> Reaction:
         method = str(event.get("method"))

@@ -9,21 +9,33 @@ own), `NOAUTH` fails like claude without credentials. Anything else is answered 
 Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
 received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
 JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
-result was an error).
+result was an error). Its command line is echoed first (`fake-claude argv …`).
+
+Sessions are kept as claude keeps them: a transcript `projects/<cwd, each character other than a
+letter or digit a dash>/<session id>.jsonl` in its config folder, a line per message (the user's
+as it is taken up, then the assistant's and the tool results), unless `--no-session-persistence`.
+The config folder is `$CLAUDE_CONFIG_DIR`, else `./.claude` (the real one uses `~/.claude`; a fake
+never writes to a real home). `--resume=<id>` (or `--resume <id>`) goes on with that transcript
+under the same session id; a resumed conversation shows it remembers in its first turn (it names
+the earlier messages and the first prompt). An id without a transcript is refused as claude
+refuses it: an `error_during_execution` result naming it, the same on stderr, exit 1, before any
+input is read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-SESSION = str(uuid.uuid4())
+SESSION = str(uuid.uuid4())  # a resumed session keeps its id
 STATES = os.environ.get("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS") == "1"
 ASKQ = {
     "question": "Which database should we use?",
@@ -48,6 +60,7 @@ ASKFEATURES = {
 lock = threading.Lock()
 changed = threading.Condition(lock)
 out = threading.Lock()
+saving = threading.Lock()
 queue: list[tuple[str, str]] = []  # (text, priority) of user messages waiting for a turn
 answers: dict[str, dict[str, Any]] = {}  # request id -> the `response` of our control_response
 asking: set[str] = set()
@@ -64,6 +77,58 @@ class Agent:
 
 
 agent = Agent()
+
+
+@dataclass
+class Transcript:
+    """The session's messages on disk (`file` None: not saved)."""
+
+    file: Path | None
+    last: str | None = None  # the uuid of the last line: the next one's parentUuid
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # resumed, until recalled
+
+    @classmethod
+    def of(cls, session: str, saved: bool) -> Transcript:
+        config = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.cwd() / ".claude")
+        project = config / "projects" / re.sub(r"[^A-Za-z0-9]", "-", os.getcwd())
+        return cls(project / f"{session}.jsonl" if saved else None)
+
+    def load(self) -> None:
+        assert self.file is not None
+        lines = [json.loads(line) for line in self.file.read_text().splitlines() if line]
+        self.earlier = [line["message"] for line in lines]
+        self.last = lines[-1]["uuid"] if lines else None
+
+    def add(self, message: dict[str, Any]) -> None:
+        if self.file is None:
+            return
+        line = {
+            "parentUuid": self.last,
+            "isSidechain": False,
+            "type": message["role"],
+            "message": message,
+            "uuid": str(uuid.uuid4()),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            "cwd": os.getcwd(),
+            "sessionId": SESSION,
+            "version": "2.1.332",
+        }
+        with saving:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            with self.file.open("a") as out:
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.last = line["uuid"]
+
+    def recall(self) -> str | None:
+        """What a resumed conversation remembers, said once."""
+        earlier, self.earlier = self.earlier, []
+        prompts = [m["content"] for m in earlier if isinstance(m["content"], str)]
+        if not prompts:
+            return None
+        return f"resumed {SESSION}: {len(earlier)} earlier messages, the first prompt: {prompts[0]}"
+
+
+transcript = Transcript(None)
 
 
 def emit(event: dict[str, Any]) -> None:
@@ -97,6 +162,7 @@ def assistant(content: list[dict[str, Any]], **extra: Any) -> None:
         "usage": {"input_tokens": 10, "output_tokens": 1},
         "context_management": None,
     }
+    transcript.add(message)
     emit(
         {
             "type": "assistant",
@@ -115,10 +181,12 @@ def say(text: str) -> None:
 
 def tool_result(tool_use_id: str, text: str, is_error: bool) -> None:
     block = {"tool_use_id": tool_use_id, "type": "tool_result", "content": text}
+    message = {"role": "user", "content": [{**block, "is_error": is_error}]}
+    transcript.add(message)
     emit(
         {
             "type": "user",
-            "message": {"role": "user", "content": [{**block, "is_error": is_error}]},
+            "message": message,
             "parent_tool_use_id": None,
             "session_id": SESSION,
             "uuid": str(uuid.uuid4()),
@@ -226,6 +294,7 @@ def slow() -> str:
             queue[:] = [(text, priority) for text, priority in queue if priority != "next"]
             waiting = bool(queue)
         for text in taken:
+            transcript.add({"role": "user", "content": text})
             say(f"took into account: {text}")
         if taken or waiting:
             break
@@ -250,6 +319,10 @@ def turn(text: str) -> None:
         }
     )
     emit({"type": "system", "subtype": "status", "status": "requesting", "session_id": SESSION})
+    transcript.add({"role": "user", "content": text})
+    remembered = transcript.recall()
+    if remembered:
+        say(remembered)
     result: dict[str, Any] = {"subtype": "success", "is_error": False, "stop_reason": "end_turn"}
     if "NOAUTH" in text:
         text = "Not logged in · Please run /login"
@@ -372,7 +445,51 @@ def control(request_id: str, request: dict[str, Any]) -> None:
         withdraw(pending_id)
 
 
+def resumed(argv: list[str]) -> str | None:
+    """The session `--resume` names, if any."""
+    for n, arg in enumerate(argv):
+        if arg.startswith("--resume="):
+            return arg.removeprefix("--resume=")
+        if arg == "--resume" and n + 1 < len(argv):
+            return argv[n + 1]
+    return None
+
+
+def refuse_resume(session: str) -> None:
+    """No transcript for that id: claude says so in a result, then exits 1."""
+    error = f"No conversation found with session ID: {session}"
+    emit(
+        {
+            "type": "result",
+            "subtype": "error_during_execution",
+            "duration_ms": 0,
+            "duration_api_ms": 0,
+            "is_error": True,
+            "num_turns": 0,
+            "stop_reason": None,
+            "session_id": session,
+            "total_cost_usd": 0,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "modelUsage": {},
+            "permission_denials": [],
+            "errors": [error],
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+    print(error, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def main() -> None:
+    global SESSION, transcript  # noqa: PLW0603  # the session is the process's: set once, at start
+    argv = sys.argv[1:]
+    print(f"fake-claude argv {json.dumps(argv)}", file=sys.stderr, flush=True)
+    SESSION = resumed(argv) or SESSION
+    transcript = Transcript.of(SESSION, "--no-session-persistence" not in argv)
+    if resumed(argv) is not None:
+        if transcript.file is None or not transcript.file.is_file():
+            refuse_resume(SESSION)
+        transcript.load()
     runner: threading.Thread | None = None
     for line in sys.stdin:
         try:

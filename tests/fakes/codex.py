@@ -6,27 +6,119 @@ The prompt of a turn picks a scenario: `ASKQ` asks one question with options, `A
 `RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
 access, `SLOW` works for 0.7 s (taking steers), `FAIL` fails the turn, `RETRY` retries twice
 before it succeeds. Anything else is answered at once. Every line received is echoed on stderr
-(`fake-codex got …`), which the crew log keeps.
+(`fake-codex got …`), which the crew log keeps; so is its command line first (`fake-codex argv …`).
+
+Threads are kept as codex keeps them: a thread that is not `ephemeral` is a rollout file
+`sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl` in its home (a `session_meta` line, then a
+`response_item` per message), written from the first user message on. The home is
+`$CODEX_HOME`, else `./.codex` (the real one uses `~/.codex`; a fake never writes to a real
+home). `thread/resume` loads the rollout of `threadId` and answers like `thread/start`, with the
+earlier turns and without a `thread/started` notification; a thread with no rollout is refused
+(`-32600`, `no rollout found for thread id …`). A resumed thread shows it remembers: the first
+turn names the earlier messages and the first prompt.
 """
+
+from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 Json = dict[str, Any]
 
+
+@dataclass
+class Rollout:
+    """A thread's messages on disk (`path` None: an ephemeral thread, kept in memory)."""
+
+    thread: str
+    path: Path | None
+    lines: list[Json] = field(default_factory=list)
+    written: bool = False
+    earlier: list[Json] = field(default_factory=list)  # resumed, until recalled
+
+    @staticmethod
+    def sessions() -> Path:
+        return Path(os.environ.get("CODEX_HOME") or Path.cwd() / ".codex") / "sessions"
+
+    @classmethod
+    def new(cls, thread: str, ephemeral: bool) -> Rollout:
+        day, moment = time.strftime("%Y/%m/%d"), time.strftime("%Y-%m-%dT%H-%M-%S")
+        path = None if ephemeral else cls.sessions() / day / f"rollout-{moment}-{thread}.jsonl"
+        meta = {"id": thread, "timestamp": now(), "cwd": os.getcwd(), "cli_version": "0.171.0"}
+        return cls(thread, path, [{"timestamp": now(), "type": "session_meta", "payload": meta}])
+
+    @classmethod
+    def find(cls, thread: str) -> Rollout | None:
+        found = sorted(cls.sessions().glob(f"*/*/*/rollout-*-{thread}.jsonl"))
+        if not found:
+            return None
+        lines = [json.loads(line) for line in found[-1].read_text().splitlines() if line]
+        rollout = cls(thread, found[-1], lines, written=True)
+        rollout.earlier = rollout.messages()
+        return rollout
+
+    def messages(self) -> list[Json]:
+        return [line["payload"] for line in self.lines if line["type"] == "response_item"]
+
+    def add(self, role: str, text: str) -> None:
+        kind = "input_text" if role == "user" else "output_text"
+        message = {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+        with lock:
+            self.lines.append({"timestamp": now(), "type": "response_item", "payload": message})
+            if self.path is None or not (self.written or role == "user"):
+                return  # codex writes a rollout once the first user message comes
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as out:
+                for line in self.lines if not self.written else self.lines[-1:]:
+                    out.write(json.dumps(line) + "\n")
+            self.written = True
+
+    def turns(self) -> list[Json]:
+        """The thread's turns, as thread/resume returns them: one per user message."""
+        turns: list[Json] = []
+        for message in self.messages():
+            text = message["content"][0]["text"]
+            if message["role"] == "user":
+                content = [{"type": "text", "text": text}]
+                entry = {"type": "userMessage", "id": str(uuid.uuid4()), "content": content}
+                turns.append(turn(str(uuid.uuid4()), "completed") | {"items": [entry]})
+            elif turns:
+                entry = {"type": "agentMessage", "id": str(uuid.uuid4()), "text": text}
+                turns[-1]["items"].append(entry)
+        return turns
+
+    def recall(self) -> str | None:
+        """What a resumed thread remembers, said once."""
+        with lock:
+            earlier, self.earlier = self.earlier, []
+        prompts = [m["content"][0]["text"] for m in earlier if m["role"] == "user"]
+        if not prompts:
+            return None
+        first = prompts[0]
+        return f"resumed {self.thread}: {len(earlier)} earlier messages, the first prompt: {first}"
+
+
 lock = threading.Condition()
 initialized = False
 thread_id = ""
+rollout: Rollout | None = None
 turn_id: str | None = None  # the active turn
 interrupted = False
 steers: list[str] = []
 answers: dict[int, Json] = {}
 request_ids = itertools.count()
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
 
 
 def send(message: Json) -> None:
@@ -74,7 +166,13 @@ def item(kind: str, ident: str, done: bool, **fields: object) -> None:
     )
 
 
+def remember(role: str, text: str) -> None:
+    if rollout is not None:
+        rollout.add(role, text)
+
+
 def say(text: str) -> None:
+    remember("assistant", text)
     ident = f"msg_{uuid.uuid4().hex[:8]}"
     item("agentMessage", ident, False, text="")
     in_turn("item/agentMessage/delta", itemId=ident, delta=text)
@@ -105,8 +203,12 @@ def run(text: str) -> None:
     )
     notify("turn/started", threadId=thread_id, turn=turn(turn_id))
     user = str(uuid.uuid4())
+    remember("user", text)
     item("userMessage", user, False, content=[{"type": "text", "text": text}])
     item("userMessage", user, True, content=[{"type": "text", "text": text}])
+    remembered = rollout.recall() if rollout is not None else None
+    if remembered:
+        say(remembered)
     status, error = "completed", None
     if "ASK" in text:  # ASKQ, ASKMANY
         db = ["Postgres (Recommended)", "SQLite"]
@@ -191,6 +293,7 @@ def run(text: str) -> None:
                 steers.clear()
             for extra in taken:
                 steered = str(uuid.uuid4())
+                remember("user", extra)
                 item("userMessage", steered, False, content=[{"type": "text", "text": extra}])
                 item("userMessage", steered, True, content=[{"type": "text", "text": extra}])
                 say(f"took into account: {extra}")
@@ -230,6 +333,19 @@ def run(text: str) -> None:
     notify("turn/completed", threadId=thread_id, turn=turn(ended, status, error))
 
 
+def opened(thread: Json, params: Json) -> Json:
+    """The result of thread/start and thread/resume."""
+    return {
+        "thread": thread,
+        "model": "mock-model",
+        "modelProvider": "mock",
+        "cwd": os.getcwd(),
+        "approvalPolicy": params.get("approvalPolicy"),
+        "approvalsReviewer": "user",
+        "sandbox": {"type": "workspaceWrite", "networkAccess": False},
+    }
+
+
 def reply(ident: object, result: Json) -> None:
     send({"id": ident, "result": result})
 
@@ -239,7 +355,8 @@ def refuse(ident: object, message: str) -> None:
 
 
 def main() -> None:
-    global initialized, thread_id, turn_id, interrupted  # noqa: PLW0603  # module state is the server's
+    global initialized, thread_id, turn_id, interrupted, rollout  # noqa: PLW0603  # module state is the server's
+    log(f"fake-codex argv {json.dumps(sys.argv[1:])}")
     runner: threading.Thread | None = None
     for line in sys.stdin:
         log(f"fake-codex got {line.strip()}")
@@ -277,21 +394,29 @@ def main() -> None:
             refuse(ident, "Not initialized")
         elif method == "thread/start":
             thread_id = str(uuid.uuid4())
+            rollout = Rollout.new(thread_id, params.get("ephemeral", False))
             thread = {
                 "id": thread_id,
-                "ephemeral": params.get("ephemeral", False),
+                "ephemeral": rollout.path is None,
+                "path": str(rollout.path) if rollout.path else None,
                 "status": {"type": "idle"},
             }
-            reply(
-                ident,
-                {
-                    "thread": thread,
-                    "model": "mock-model",
-                    "modelProvider": "mock",
-                    "approvalPolicy": params.get("approvalPolicy"),
-                },
-            )
+            reply(ident, opened(thread, params))
             notify("thread/started", thread=thread)
+        elif method == "thread/resume":
+            found = Rollout.find(str(params.get("threadId")))
+            if found is None:
+                refuse(ident, f"no rollout found for thread id {params.get('threadId')}")
+                continue
+            rollout, thread_id = found, found.thread
+            thread = {
+                "id": thread_id,
+                "ephemeral": False,
+                "path": str(found.path),
+                "status": {"type": "idle"},
+                "turns": found.turns(),
+            }
+            reply(ident, opened(thread, params))  # no thread/started: it existed already
         elif method == "turn/start":
             text = " ".join(part.get("text", "") for part in params.get("input", []))
             with lock:

@@ -1,15 +1,27 @@
 """A stand-in for `pi --mode rpc`, speaking its protocol as the real one does (pi 1.6.0).
 
-The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an extension dialog,
-`SLOW` works for a while (taking steers and follow-ups mid-run), `FAIL` ends the turn with a model
-error, `NOKEY` refuses the prompt like pi without credentials. Anything else answers at once.
-Every command received is echoed on stderr (`fake-pi got …`), which the crew log keeps.
+The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an extension dialog
+(from inside a tool call, as an extension tool does), `SLOW` works for a while (taking steers and
+follow-ups mid-run), `FAIL` ends the turn with a model error, `NOKEY` refuses the prompt like pi
+without credentials. Anything else answers at once. Every command received is echoed on stderr
+(`fake-pi got …`), which the crew log keeps, and so is the command line (`fake-pi argv …`).
+
+Sessions are kept as pi keeps them: a JSONL file (a `session` header, then one `message` entry
+per message), written only once the first assistant message exists, in
+`<agent dir>/sessions/--<cwd>--/` unless `--session-dir` says otherwise; `--session <file>` loads
+that file (or starts a new session there when it does not exist), `--no-session` keeps the
+session in memory. `get_state` names the file. The agent dir is `$PI_CODING_AGENT_DIR`, else
+`./.pi/agent` (the real pi uses `~/.pi/agent`; a fake never writes to a real home). A resumed
+conversation shows it remembers: its first reply names the earlier messages and the first prompt.
 """
 
 import json
+import os
 import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 
 lock = threading.Lock()
 queue: list[str] = []
@@ -19,21 +31,123 @@ dialog_answers: dict[str, dict] = {}
 dialog_waiting = threading.Condition(lock)
 
 
+class Session:
+    """pi's session file: written once an assistant message exists, appended to after that."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.file: Path | None = None
+        self.id = str(uuid.uuid4())
+        self.entries: list[dict] = []
+        self.flushed = False
+        self.earlier: list[dict] = []  # the messages of a loaded session, until first recalled
+        if "--no-session" in argv:
+            return
+        if "--session" in argv:
+            self.file = Path(argv[argv.index("--session") + 1]).resolve()
+            if self.file.exists():
+                self.load()
+                return
+        else:
+            folder = self.folder(argv)
+            folder.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y-%m-%dT%H-%M-%S-000Z", time.gmtime())
+            self.file = folder / f"{stamp}_{self.id}.jsonl"
+        self.entries = [
+            {
+                "type": "session",
+                "version": 3,
+                "id": self.id,
+                "timestamp": now(),
+                "cwd": os.getcwd(),
+            }
+        ]
+
+    @staticmethod
+    def folder(argv: list[str]) -> Path:
+        if "--session-dir" in argv:
+            return Path(argv[argv.index("--session-dir") + 1])
+        agent = Path(os.environ.get("PI_CODING_AGENT_DIR") or Path.cwd() / ".pi" / "agent")
+        safe = "--" + os.getcwd().lstrip("/").replace("/", "-").replace(":", "-") + "--"
+        return agent / "sessions" / safe
+
+    def load(self) -> None:
+        assert self.file is not None
+        self.entries = [json.loads(line) for line in self.file.read_text().splitlines() if line]
+        self.id = next(e["id"] for e in self.entries if e["type"] == "session")
+        self.flushed = True
+        self.earlier = self.messages()
+
+    def messages(self) -> list[dict]:
+        return [e["message"] for e in self.entries if e["type"] == "message"]
+
+    def record(self, message: dict) -> None:
+        with lock:
+            parent = self.entries[-1].get("id") if len(self.entries) > 1 else None
+            entry = {
+                "type": "message",
+                "id": uuid.uuid4().hex[:8],
+                "parentId": parent,
+                "timestamp": now(),
+                "message": message,
+            }
+            self.entries.append(entry)
+            if self.file is None:
+                return
+            if not any(m["role"] == "assistant" for m in self.messages()):
+                return  # pi writes nothing until the model has answered once
+            with self.file.open("a") as out:
+                for written in self.entries if not self.flushed else [entry]:
+                    out.write(json.dumps(written) + "\n")
+            self.flushed = True
+
+    def recall(self) -> str | None:
+        """What a resumed conversation remembers, said once."""
+        with lock:
+            earlier, self.earlier = self.earlier, []
+        prompts = [m for m in earlier if m["role"] == "user"]
+        if not prompts:
+            return None
+        first = prompts[0]["content"][0]["text"]
+        return f"resumed {self.id}: {len(earlier)} earlier messages, the first prompt: {first}"
+
+
+session: Session
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+
+
 def emit(event: dict) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
 
 def assistant(text: str, stop: str = "stop", error: str | None = None) -> None:
-    message = {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": stop}
+    reply(
+        {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": stop},
+        error,
+    )
+
+
+def reply(message: dict, error: str | None = None) -> None:
     if error:
         message["errorMessage"] = error
     emit({"type": "message_start", "message": {**message, "stopReason": "pending"}})
-    emit({"type": "message_update", "assistantMessageEvent": {"type": "text_delta", "delta": text}})
+    for block in message["content"]:
+        if block["type"] == "text":
+            delta = {"type": "text_delta", "delta": block["text"]}
+            emit({"type": "message_update", "assistantMessageEvent": delta})
+    session.record(message)
     emit({"type": "message_end", "message": message})
 
 
 def ask(method: str) -> str:
+    """An extension tool asks through a dialog; its answer, as the tool reports it."""
+    call = f"toolu_{uuid.uuid4().hex[:8]}"
+    tool = {"type": "toolCall", "id": call, "name": "ask_user", "arguments": {"method": method}}
+    reply({"role": "assistant", "content": [tool], "stopReason": "toolUse"})
+    emit({"type": "tool_execution_start", "toolCallId": call, "toolName": "ask_user", "args": {}})
     request_id = f"ui-{time.monotonic_ns()}"
     request = {
         "type": "extension_ui_request",
@@ -50,7 +164,27 @@ def ask(method: str) -> str:
         while request_id not in dialog_answers:
             dialog_waiting.wait()
         answer = dialog_answers.pop(request_id)
-    return json.dumps({k: v for k, v in answer.items() if k not in {"type", "id"}})
+    text = json.dumps({k: v for k, v in answer.items() if k not in {"type", "id"}})
+    result = {"content": [{"type": "text", "text": text}], "details": {}}
+    emit(
+        {
+            "type": "tool_execution_end",
+            "toolCallId": call,
+            "toolName": "ask_user",
+            "result": result,
+            "isError": False,
+        }
+    )
+    message = {
+        "role": "toolResult",
+        "toolCallId": call,
+        "toolName": "ask_user",
+        "content": result["content"],
+        "isError": False,
+    }
+    session.record(message)
+    emit({"type": "message_end", "message": message})
+    return text
 
 
 def run(first: str) -> None:
@@ -60,12 +194,12 @@ def run(first: str) -> None:
     while work:
         text = work.pop(0)
         emit({"type": "turn_start"})
-        emit(
-            {
-                "type": "message_end",
-                "message": {"role": "user", "content": [{"type": "text", "text": text}]},
-            }
-        )
+        user = {"role": "user", "content": [{"type": "text", "text": text}], "timestamp": 0}
+        session.record(user)
+        emit({"type": "message_end", "message": user})
+        remembered = session.recall()
+        if remembered:
+            assistant(remembered)
         if text.startswith("ASK:"):
             assistant(f"answer was {ask(text[4:])}")
         elif text == "FAIL":
@@ -102,8 +236,29 @@ def run(first: str) -> None:
     emit({"type": "agent_settled", "aborted": was_aborted})
 
 
+def state(ident: str | None) -> dict:
+    data = {
+        "model": {"provider": "mock", "id": "mock-model"},
+        "thinkingLevel": "off",
+        "isStreaming": busy,
+        "isCompacting": False,
+        "steeringMode": "one-at-a-time",
+        "followUpMode": "one-at-a-time",
+        "sessionId": session.id,
+        "autoCompactionEnabled": True,
+        "messageCount": len(session.messages()),
+        "pendingMessageCount": len(queue),
+    }
+    if session.file is not None:  # in memory (--no-session) there is no file
+        data["sessionFile"] = str(session.file)
+    return {"id": ident, "type": "response", "command": "get_state", "success": True, "data": data}
+
+
 def main() -> None:
-    global busy, aborted  # noqa: PLW0603  # a tiny stand-in: module state is the agent's state
+    global busy, aborted, session  # noqa: PLW0603  # a tiny stand-in: module state is the agent's state
+    sys.stderr.write(f"fake-pi argv {json.dumps(sys.argv[1:])}\n")
+    sys.stderr.flush()
+    session = Session(sys.argv[1:])
     runner: threading.Thread | None = None
     for line in sys.stdin:
         try:
@@ -170,6 +325,9 @@ def main() -> None:
             )
             runner = threading.Thread(target=run, args=(text,), daemon=True)
             runner.start()
+        elif kind == "get_state":
+            with lock:
+                emit(state(ident))
         elif kind == "extension_ui_response":
             with dialog_waiting:
                 dialog_answers[command["id"]] = command
