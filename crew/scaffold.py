@@ -35,8 +35,8 @@ leaderStaleAfter = "10s"    # a leader silent this long is considered gone (`cre
 # An agent is a command. Placeholders: {prompt}, {task}, {run}, {crewDir} (this folder).
 # Pass {prompt} as its own argument: it is never run through a shell.
 [agents.shell]
-command = ["sh", "-c", "echo \\"working on: $1\\"; echo '@supervisor progress: done'", "sh",
-           "{prompt}"]
+command = ["sh", "-c", "printf 'working on: %s\\n' \\"$1\\"; echo '@supervisor progress: done'",
+           "sh", "{prompt}"]
 input = "jsonl"             # messages arrive on stdin as JSON lines; "text" sends bare lines
 # cwd = "."                 # relative to this folder; default: the folder holding .crew
 # timeout = "30m"           # stop and fail a task that runs longer

@@ -170,7 +170,12 @@ def test_a_decision_is_an_event_and_kept_on_its_message(make_run: MakeRun) -> No
     [follow_up] = store.messages(Box.INBOX)
     assert follow_up.data is not None
     [kept] = follow_up.data[MessageData.DECISIONS]
-    assert kept == {"at": event.at, "action": "defer", "reason": "finishing the plan first"}
+    assert kept == {
+        "at": event.at,
+        "seq": event.seq,
+        "action": "defer",
+        "reason": "finishing the plan first",
+    }
 
 
 def test_malformed_lines_are_counted_and_recorded_sparingly(make_run: MakeRun) -> None:

@@ -129,6 +129,9 @@ def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
     if task.max_attempts > 1:
         why = f"{why} (failed attempt {failures} of {task.max_attempts})"
     changes["failures"] = failures
+    # The next attempt starts a new agent session: resuming the one that failed (a session the
+    # agent lost, a conversation gone wrong) would most likely fail again the same way.
+    changes["session"] = None
     if not retrying:
         return transition(
             txn,

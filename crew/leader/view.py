@@ -46,6 +46,9 @@ class RunView:
         self.state = txn.state
         for message in txn.staged_mail():
             self.pending.adopt(message)
+        # The state read under the lock may reflect others' writes (an answer that closed the
+        # question): take their mailbox lines too, or what is due could skip the answer.
+        self._read_mailbox()
 
     def refresh(self) -> None:
         """Re-read the snapshots, then whatever the mailbox files gained.
@@ -61,6 +64,10 @@ class RunView:
                 pass
         else:
             self.state = recovery.state
+        self._read_mailbox()
+
+    def _read_mailbox(self) -> None:
+        """Take in whatever the mailbox files gained."""
         for follower in self._followers:
             for message in follower.poll().records:
                 self.pending.adopt(message)
