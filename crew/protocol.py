@@ -68,6 +68,11 @@ _SHELL_LOOKALIKES = str.maketrans(
 )
 
 MAX_PROMPT = 8 * 1024
+#: The largest checkpoint state kept, in bytes of JSON (it travels in an event line: 1 MiB at most).
+MAX_CHECKPOINT = 512 * 1024
+#: Kept out of a checkpoint line as `\uXXXX` (it means the same inside a JSON string): line breaks
+#: some readers split on, C1 controls (U+009B starts an escape sequence), lone surrogates.
+_UNSAFE_IN_A_LINE = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _NOT_JSON = object()
 
 
@@ -191,6 +196,18 @@ def contact_line(kind: ContactType, prompt: str, options: list[str] | None = Non
 
 
 # ----------------------------------------------------------------------------- stdin frames
+
+
+def checkpoint_line(state: Any) -> str:
+    """The line that saves `state`: its JSON on one line, whatever characters its strings hold."""
+    text = json.dumps(state, ensure_ascii=False, allow_nan=False)
+    text = _UNSAFE_IN_A_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if (size := len(text.encode())) > MAX_CHECKPOINT:
+        raise ValueError(
+            f"A checkpoint's state is limited to {MAX_CHECKPOINT} bytes of JSON, this one has "
+            f"{size}: save large data in a file and checkpoint its path."
+        )
+    return f"@supervisor {ContactType.CHECKPOINT}: {text}"
 
 
 def json_frame(message: MailboxMessage) -> bytes:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from typing import Any, TextIO
 
 from crew import env
 from crew.errors import CrewError, CrewTimeout
-from crew.protocol import contact_line
+from crew.protocol import checkpoint_line, contact_line
 from crew.registry import (
     REDIRECTING_DECISIONS,
     REPORT_CONTACTS,
@@ -52,16 +51,11 @@ MERGE_SEPARATOR = "\n\n---\n\n"
 #: The id of the task's own work (`begin`): not a message, so never acknowledged.
 TASK_ITEM = "task"
 COALESCE_WINDOW = 0.2
-#: The largest state `checkpoint()` saves, in bytes of JSON (the event log's lines hold 1 MiB).
-MAX_CHECKPOINT = 512 * 1024
 #: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
 _INBOUND = frozenset(
     {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
 )
 _URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
-#: Kept out of a checkpoint line as `\uXXXX` (it means the same inside a JSON string): line breaks
-#: some readers split on, C1 controls (U+009B starts an escape sequence), lone surrogates.
-_UNSAFE_IN_A_LINE = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 #: Not given (`checkpoint()` without a state) or not found (`restored()` without a checkpoint).
 _NO_STATE: Any = object()
 
@@ -282,7 +276,7 @@ class Worker:
         if current is None:
             raise RuntimeError("checkpoint() needs a focus: call next() or begin() first")
         if state is not _NO_STATE:
-            self._say(_checkpoint_line(state))
+            self._say(checkpoint_line(state))
         with self._cond:
             answered = self._answer_nudges()
             if not self._queue:
@@ -431,18 +425,6 @@ class Worker:
         with self._write_lock:
             self._out.write(line + "\n")
             self._out.flush()
-
-
-def _checkpoint_line(state: Any) -> str:
-    """The line that saves `state`: its JSON on one line, whatever characters its strings hold."""
-    text = json.dumps(state, ensure_ascii=False, allow_nan=False)
-    text = _UNSAFE_IN_A_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    if (size := len(text.encode())) > MAX_CHECKPOINT:
-        raise ValueError(
-            f"A checkpoint's state is limited to {MAX_CHECKPOINT} bytes of JSON, this one has "
-            f"{size}: save large data in a file and checkpoint its path."
-        )
-    return f"@supervisor {ContactType.CHECKPOINT}: {text}"
 
 
 def _read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> Any:

@@ -14,7 +14,8 @@ from leaders import eventually
 
 from crew import verbs
 from crew.adapters.base import AgentError, SessionStarted, TurnEnd
-from crew.adapters.claude_code import ClaudeCodeAdapter, continuation
+from crew.adapters.claude_code import ClaudeCodeAdapter
+from crew.adapters.wire import continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home

@@ -15,8 +15,8 @@ from leaders import eventually
 import crew
 from crew import verbs
 from crew.adapters.base import AgentError, SessionStarted, TurnEnd, Withdrawn
-from crew.adapters.claude_code import continuation
 from crew.adapters.codex import CodexAdapter
+from crew.adapters.wire import continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home

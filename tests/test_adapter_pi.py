@@ -13,8 +13,8 @@ from leaders import eventually
 
 from crew import verbs
 from crew.adapters.base import SessionStarted
-from crew.adapters.claude_code import continuation
 from crew.adapters.pi import PiAdapter
+from crew.adapters.wire import continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home

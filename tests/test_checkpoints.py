@@ -8,9 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from crew.domain import change, tasks
-from crew.domain.tasks import MAX_CHECKPOINT
 from crew.leader import signals
-from crew.protocol import CheckpointRecord
+from crew.protocol import MAX_CHECKPOINT, CheckpointRecord
 from crew.registry import EventType, TaskStatus
 from crew.store.runstore import RunStore
 

@@ -20,10 +20,10 @@ from crew import env
 from crew.errors import CrewError, CrewTimeout
 from crew.models import Checkpoint
 from crew.paths import Home
-from crew.protocol import CheckpointRecord, parse_line
+from crew.protocol import MAX_CHECKPOINT, CheckpointRecord, parse_line
 from crew.registry import TaskStatus
 from crew.store.snapshot import dump_model
-from crew.worker import MAX_CHECKPOINT, Decision, LeaderGone, Message, NotInRun, Worker
+from crew.worker import Decision, LeaderGone, Message, NotInRun, Worker
 
 
 class Harness:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, Withdrawn
-from crew.adapters.wire import confirms, json_line, json_object
+from crew.adapters.wire import confirms, continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -59,20 +59,6 @@ _MULTI_PROMPT = (
 )
 #: In claude's command, this flag keeps sessions off the disk: there is nothing to resume.
 _NOT_SAVED = "--no-session-persistence"
-
-
-def continuation(task: Task) -> str:
-    """An agent's first message when its own session was resumed (pi and codex send it too).
-
-    The conversation goes on, so the task is not set again as if new; it is quoted all the same,
-    because the agent may have saved nothing before the attempt was cut short (pi writes its
-    session file only after the first reply), and then this message is all the agent has.
-    """
-    return (
-        "[crew] Your previous run of this task was cut short (the crew leader restarted), and"
-        " this conversation was resumed. Continue from where you left off, without redoing"
-        " what is already done. The task, as first given:\n\n" + task.prompt
-    )
 
 
 @dataclass

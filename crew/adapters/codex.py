@@ -47,8 +47,7 @@ from typing import Any
 
 from crew import __version__
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
-from crew.adapters.claude_code import continuation
-from crew.adapters.wire import confirms, json_line, json_object
+from crew.adapters.wire import confirms, continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report

@@ -1,10 +1,12 @@
 """What the JSON-lines agent protocols (pi, Claude Code, Codex) share: reading a line as a JSON
-object, writing one, and reading a yes."""
+object, writing one, reading a yes, and the first message of a resumed session."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from crew.models import Task
 
 #: Answers that approve a yes/no question put to an agent's supervisor; anything else declines.
 YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
@@ -27,3 +29,17 @@ def json_object(line: str) -> dict[str, Any] | None:
 def json_line(payload: dict[str, Any]) -> bytes:
     """One compact JSON line: what every JSON-lines agent protocol reads."""
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def continuation(task: Task) -> str:
+    """An agent's first message when its own session was resumed.
+
+    The conversation goes on, so the task is not set again as if new; it is quoted all the same,
+    because the agent may have saved nothing before the attempt was cut short (pi writes its
+    session file only after the first reply), and then this message is all the agent has.
+    """
+    return (
+        "[crew] Your previous run of this task was cut short (the crew leader restarted), and"
+        " this conversation was resumed. Continue from where you left off, without redoing"
+        " what is already done. The task, as first given:\n\n" + task.prompt
+    )

@@ -18,6 +18,7 @@ from crew.config import CrewConfig, TaskConfig
 from crew.domain import mailbox
 from crew.errors import Refused
 from crew.models import Checkpoint, MailboxMessage, SupervisorContact, Task
+from crew.protocol import MAX_CHECKPOINT
 from crew.registry import (
     LIVE_TASK_STATUSES,
     TASK_STATUS_EVENT,
@@ -29,8 +30,6 @@ from crew.registry import (
 from crew.store.txn import Txn
 from crew.text import first_line, short
 
-#: The largest checkpoint kept, as JSON: it travels in an event line (1 MiB at most).
-MAX_CHECKPOINT = 512 * 1024
 #: The changes that close a task's open question (if it has one).
 _NO_QUESTION: dict[str, Any] = {"contact": None, "waiting_since": None}
 #: A dependency that ends in one of these can never complete: its dependents are cancelled.
