@@ -8,13 +8,14 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from enum import StrEnum
 
 from crew import clock
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewTimeout, Refused
-from crew.models import MailboxMessage, Run
-from crew.registry import MessageStatus, TaskStatus
+from crew.models import MailboxMessage, Run, Task
+from crew.registry import LIVE_TASK_STATUSES, MessageStatus, TaskStatus
 from crew.results.leading import Waited
 from crew.results.sending import Sent
 from crew.store import jsonl
@@ -94,6 +95,7 @@ def _still(message: MailboxMessage, until: MessageStatus, timeout: float) -> str
 class Until(StrEnum):
     """What `crew wait --for` waits for."""
 
+    STARTED = "started"  # some task (or the named one) runs, or ran before it ended
     WAITING = "waiting"  # some task (or the named one) waits for an answer
     DONE = "done"  # the run (or the named task) has ended
 
@@ -104,7 +106,7 @@ def wait_for_run(
     """Block until the condition holds; returns the tasks that match it.
 
     CrewTimeout (exit 3) when `timeout` passes first; Refused (exit 4) when it can no longer
-    hold: waiting for a question from a run or task that has ended, or for anything from a run
+    hold: a run or task that ended without starting or asking what was waited for, or a run
     whose leader is gone (it cannot progress until one leads it again).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -115,29 +117,41 @@ def wait_for_run(
             state = store.state()
             tasks = [state.task(task_id)] if task_id is not None else state.task_list()
             ended = tasks[0].status.terminal if task_id is not None else state.run.status.terminal
-            if until is Until.WAITING:
-                matching = [t for t in tasks if t.status is TaskStatus.WAITING]
-                if matching:
-                    return Waited(store.run_id, until.value, matching)
-                if ended:
-                    what = f"Task {task_id}" if task_id else f"Run {store.run_id}"
-                    status = tasks[0].status if task_id else state.run.status
-                    raise Refused(f"{what} ended ({status}) without waiting for an answer.")
-            elif ended:
-                return Waited(store.run_id, until.value, tasks)
+            if until is Until.DONE:
+                matching = tasks if ended else []
+            else:
+                matching = [t for t in tasks if _MATCHES[until](t)]
+            if matching:
+                return Waited(store.run_id, until.value, matching)
+            what = f"task {task_id}" if task_id else f"run {store.run_id}"
+            if ended:
+                status = tasks[0].status if task_id else state.run.status
+                raise Refused(f"{what.capitalize()} ended ({status}) without {_NEVER[until]}.")
             leader.check(state.run)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                what = f"task {task_id}" if task_id else f"run {store.run_id}"
-                goal = "to wait for an answer" if until is Until.WAITING else "to end"
                 raise CrewTimeout(
                     f"Timed out after {clock.format_duration(timeout or 0)} waiting for {what} "
-                    f"{goal}."
+                    f"{_GOALS[until]}."
                 )
             leader.wait(watcher, remaining)
     finally:
         watcher.close()
         leader.close()
+
+
+def _started(task: Task) -> bool:
+    """Whether a task runs, or ran before it ended (one cancelled in the queue never ran)."""
+    return task.status in LIVE_TASK_STATUSES or (task.status.terminal and task.attempt > 0)
+
+
+def _waiting(task: Task) -> bool:
+    return task.status is TaskStatus.WAITING
+
+
+_MATCHES: dict[Until, Callable[[Task], bool]] = {Until.STARTED: _started, Until.WAITING: _waiting}
+_GOALS = {Until.STARTED: "to start", Until.WAITING: "to wait for an answer", Until.DONE: "to end"}
+_NEVER = {Until.STARTED: "starting", Until.WAITING: "waiting for an answer"}
 
 
 class _LeaderWatch:

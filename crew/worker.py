@@ -265,20 +265,26 @@ class Worker:
         self._decide(Decision(DecisionAction.PICK, self.focus, "the task's own work"))
         return self.focus
 
-    def checkpoint(self, state: Any = _NO_STATE) -> Decision:
+    def checkpoint(self, state: Any = _NO_STATE, *, wait: float = 0) -> Decision:
         """A safe point to be interrupted: what to do about what arrived since the last one.
 
         A `state` (any JSON value, None included) is first saved as the task's progress, for the
         next attempt's `restored()`; one JSON cannot hold, or over MAX_CHECKPOINT bytes, raises
-        TypeError or ValueError and nothing is saved.
+        TypeError or ValueError and nothing is saved. With `wait`, a checkpoint that finds
+        nothing queued waits up to that many seconds for something to arrive (nudges are
+        answered meanwhile): a pause for a review, say, that goes on without one.
         """
         current = self.focus
         if current is None:
             raise RuntimeError("checkpoint() needs a focus: call next() or begin() first")
         if state is not _NO_STATE:
             self._say(checkpoint_line(state))
+        deadline = time.monotonic() + wait
         with self._cond:
             answered = self._answer_nudges()
+            while not self._queue and not self._eof and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+                answered += self._answer_nudges()
             if not self._queue:
                 return answered[-1] if answered else _NOTHING_NEW
             new = self._queue[0].message

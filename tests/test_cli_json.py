@@ -652,6 +652,28 @@ def test_wait_json_holds_the_tasks_the_text_lists(cli: Cli, make_run: MakeRun) -
     assert cli("wait", store.run_id) == CliResult(0, waited_text(done), "")
 
 
+def test_wait_for_started_holds_the_tasks_that_run_and_refuses_one_that_never_will(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run()
+    start(store, "plan")
+
+    doc = json.loads(cli("wait", store.run_id, "--for", "started", "--json").out)
+
+    assert doc == {
+        "runId": store.run_id,
+        "for": "started",
+        "tasks": [store.state().tasks["plan"].to_dict()],
+    }
+    verbs.cancel(store, session=SESSION)  # build is cancelled before it ever started
+    refused = cli("wait", store.run_id, "--for", "started", "--task", "build")
+    assert refused.code == 4 and refused.out == ""
+    assert refused.err == "crew: error: Task build ended (cancelled) without starting.\n"
+    assert cli("wait", store.run_id, "--for", "started", "--task", "plan").code == 0
+    wrong = cli("wait", store.run_id, "--for", "begun")
+    assert wrong.code == 2 and "expected one of 'started', 'waiting', 'done'" in wrong.err
+
+
 # ----------------------------------------------------------------------------- admin
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import EventType, RunStatus, TaskStatus
@@ -18,18 +20,33 @@ from crew.store.runstore import RunStore
 EXAMPLE = Path(__file__).resolve().parent.parent / ".crew-example"
 
 
-def test_the_example_crew_runs_to_completion_unattended(tmp_path: Path) -> None:
+def run_example(tmp_path: Path, late: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`crew run` on a copy of the example; `late` names an agent that starts 2 s late."""
     copy = tmp_path / "example"
     shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("state"))
+    if late is not None:
+        toml = copy / "crew.toml"
+        start = f"[agents.{late}]\ncommand = ["
+        assert start in toml.read_text()
+        toml.write_text(toml.read_text().replace(start, start + LATE, 1))
     env = {k: v for k, v in os.environ.items() if k != "CREW_HOME"}
     (tmp_path / ".crew").rmdir()  # as in a fresh clone: no crew home above the example
-
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "crew", "run", str(copy / "crew.toml"), "--no-input"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
+
+#: A command prefix that starts the agent after a pause.
+LATE = '"sh", "-c", "sleep 2; exec \\"$0\\" \\"$@\\"", '
+
+
+def test_the_example_crew_runs_to_completion_unattended(tmp_path: Path) -> None:
+    done = run_example(tmp_path)
+
     assert done.returncode == 0, done.stdout + done.stderr
+    copy = tmp_path / "example"
+    env = {k: v for k, v in os.environ.items() if k != "CREW_HOME"}
     home = Home(copy)  # no .crew found: the folder of crew.toml is the home
     (run_id,) = home.run_ids()
     store = RunStore(home.run(run_id))
@@ -55,3 +72,16 @@ def test_the_example_crew_runs_to_completion_unattended(tmp_path: Path) -> None:
     assert any(
         m["kind"] == "steer" and m["status"] == "acknowledged" for m in json.loads(shown.stdout)
     )
+
+
+@pytest.mark.parametrize("late", ["editor", "writer"])
+def test_the_example_steers_the_draft_whichever_agent_gets_going_first(
+    tmp_path: Path, late: str
+) -> None:
+    """Nothing in the example races: an editor that starts late still finds the draft waiting
+    for its steer (before, the draft had finished and the steer was refused), and a steer that
+    arrives before the writer reads its input is honoured at the first checkpoint."""
+    done = run_example(tmp_path, late)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "draft attention: preempt steer" in done.stdout

@@ -440,6 +440,29 @@ def test_messages_for_a_task_that_has_not_started_wait_for_it(tmp_path: Path, ho
     assert "got followUp when you start" in log_of(store, "second")
 
 
+def test_a_script_waits_for_a_task_to_start_before_steering_it(tmp_path: Path, home: Home) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "first", "prompt": "sleep:0.3 ; exit:0"},
+            {"id": "second", "prompt": "read ; exit:0", "dependsOn": ["first"]},
+        ],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    waited = subprocess.run(
+        [sys.executable, "-m", "crew", "wait", leader.run_id, "--for", "started", "--task", "second", "--timeout", "30s"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert waited.returncode == 0, waited.stderr
+    assert waited.stdout.startswith("second running")
+    verbs.steer(store, "second", "go on", session=SESSION)  # a queued task would refuse it
+    assert leader.finish() == 0
+    assert "got steer go on" in log_of(store, "second")
+
+
 def test_crew_logs_follows_a_task_to_its_end(tmp_path: Path, home: Home) -> None:
     write_crew(tmp_path, [{"id": "t", "prompt": "say:one ; sleep:0.5 ; say:two ; exit:0"}])
     leader = Leader("run", "crew.toml", cwd=tmp_path)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,36 @@ def test_the_tasks_own_work_can_be_preempted_and_resurfaces(h: Harness) -> None:
     h.worker.done("revised")
     assert h.worker.next(timeout=2) is work
     assert "@supervisor ack: task" not in h.lines()  # the task's own work is not a message
+
+
+def test_a_checkpoint_that_waits_takes_what_arrives_and_answers_nudges_meanwhile(
+    h: Harness,
+) -> None:
+    h.worker.begin("write the page")
+    threading.Timer(
+        0.2, lambda: (h.send("nudge", wait=False), h.send("steer", "shorter", wait=False))
+    ).start()
+
+    decision = h.worker.checkpoint(wait=30)
+
+    assert decision.action == "preempt" and decision.item is not None
+    assert decision.item.body == "shorter"
+    assert any(line.startswith("@supervisor status: working on") for line in h.lines())
+
+
+def test_a_checkpoint_that_waits_goes_on_after_its_wait_or_at_the_end_of_input(
+    h: Harness,
+) -> None:
+    h.worker.begin("write the page")
+    started = time.monotonic()
+    assert h.worker.checkpoint(wait=0.2).reason == "nothing new"
+    assert time.monotonic() - started >= 0.2
+
+    h.close()
+    h.worker._reader.join(timeout=5)
+    started = time.monotonic()
+    assert h.worker.checkpoint(wait=60).reason == "nothing new"
+    assert time.monotonic() - started < 30  # the end of input, not the wait, ended it
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -135,9 +135,9 @@ def wait(
         str,
         typer.Option(
             "--for",
-            help="waiting: until some task (or TASK) waits for an answer; "
-            "done: until the run (or TASK) has ended.",
-            metavar="waiting|done",
+            help="started: until some task (or TASK) has started; waiting: until some task (or "
+            "TASK) waits for an answer; done: until the run (or TASK) has ended.",
+            metavar="started|waiting|done",
         ),
     ] = "done",
     task: Annotated[
@@ -155,7 +155,7 @@ def wait(
     json: JsonOption = False,
     home: HomeOption = None,
 ) -> int:
-    """Block until a task waits for an answer, or until the run ends (for CI scripts)."""
+    """Block until a task starts or waits for an answer, or the run ends (for CI scripts)."""
     from crew.errors import UsageError
     from crew.ids import check_task_id
     from crew.render import emit
@@ -164,7 +164,8 @@ def wait(
     try:
         until = Until(for_)
     except ValueError:
-        raise UsageError(f"--for: expected 'waiting' or 'done', got {for_!r}.") from None
+        choices = ", ".join(repr(u.value) for u in Until)
+        raise UsageError(f"--for: expected one of {choices}, got {for_!r}.") from None
     if task is not None:
         check_task_id(task)
     limit = duration(timeout, "--timeout")
