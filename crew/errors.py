@@ -45,7 +45,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
         "refused: the request conflicts with the run's state",
         "the task is not waiting; the run has ended; the run belongs to another session (use "
         "`--force`); a second leader; backpressure; a leader that another one took over; "
-        "`crew wait` on a run whose leader is gone (it cannot progress until `crew resume`)",
+        "`crew wait` on a run whose leader is gone (it cannot progress until `crew resume`), or "
+        "for a start or a question from a task that ended without one",
     ),
     ExitCode.NOT_FOUND: (
         "not found",
