@@ -12,6 +12,8 @@ first) it passes `<point>`. Points are named after what was just done:
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
                       leader's loop)
     interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above
+    stop:<point>      not a crash: SIGSTOP at any of the points above, as a hung process (stuck
+                      in I/O, paused) would stay there, holding what it holds
 
 Unset (always, outside tests), it costs one dictionary lookup per write.
 """
@@ -57,8 +59,10 @@ def fail_at(place: str) -> None:
 
 def crash_at(point: str) -> None:
     """Die here, without cleanup, if `point` is armed for this pass (or, armed as
-    `interrupt:<point>`, be interrupted as Ctrl-C would)."""
+    `interrupt:<point>`, be interrupted as Ctrl-C would; armed as `stop:<point>`, hang)."""
     if armed(point):
         os.kill(os.getpid(), signal.SIGKILL)
     if armed(f"interrupt:{point}"):
         os.kill(os.getpid(), signal.SIGINT)
+    if armed(f"stop:{point}"):
+        os.kill(os.getpid(), signal.SIGSTOP)

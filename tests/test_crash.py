@@ -1,5 +1,5 @@
 """The crash matrix: a leader killed (SIGKILL) right after each kind of write, interrupted
-(Ctrl-C) there, or taken over while hung, then resumed.
+(Ctrl-C) there, or taken over while hung (between transactions, or inside one), then resumed.
 
 With default settings (maxAttempts = 1) the run must finish: an interrupted attempt is not a
 failure. Every accepted message must end delivered or rejected with a reason, and `crew doctor`
@@ -52,13 +52,15 @@ INTERRUPT_POINTS = [
 ]
 
 
-def _crew(*args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ}
+def _crew(
+    *args: str, fault: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, **(env or {})}
     if fault:
-        env["CREW_FAULT"] = fault
+        environ["CREW_FAULT"] = fault
     return subprocess.run(
         [sys.executable, "-m", "crew", *args],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        capture_output=True, text=True, env=environ, timeout=60, check=False,
     )  # fmt: skip
 
 
@@ -118,7 +120,8 @@ def test_a_hung_leader_taken_over_writes_nothing_and_the_run_finishes(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     eventually(lambda: store.state().tasks["a"].attempt == 1)
-    hung.send_signal(signal.SIGSTOP)  # paused: its heartbeat goes stale
+    with store.lock():  # paused outside a transaction (inside one, see the next test)
+        hung.send_signal(signal.SIGSTOP)  # its heartbeat goes stale
     stale = store.state().run.config.crew.leader_stale_after
     eventually(lambda: read_lease(store.paths, stale_after=stale).state is LeaseState.STALE)
 
@@ -128,6 +131,30 @@ def test_a_hung_leader_taken_over_writes_nothing_and_the_run_finishes(
 
     assert took_over.returncode == 0, took_over.stdout + took_over.stderr
     assert hung.returncode == 4, err  # fenced out: it stopped without writing
+    _assert_finished_whole(home, store, restarted=True)
+
+
+def test_a_leader_hung_holding_the_run_lock_is_named_and_once_stopped_replaced(
+    tmp_path: Path, home: Home
+) -> None:
+    store = _scripted_run(tmp_path, home, leaderStaleAfter="1s")
+    hung = subprocess.Popen(
+        [sys.executable, "-m", "crew", "resume", store.run_id, "--no-input"],
+        env={**os.environ, "CREW_FAULT": "stop:append:events.jsonl@3"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    stale = store.state().run.config.crew.leader_stale_after
+    eventually(lambda: read_lease(store.paths, stale_after=stale).state is LeaseState.STALE)
+
+    blocked = _crew("resume", store.run_id, "--no-input", env={"CREW_LOCK_TIMEOUT": "0.5"})
+    hung.kill()  # what the hint says to do
+    hung.communicate(timeout=30)
+    resumed = _crew("resume", store.run_id, "--no-input")
+
+    assert blocked.returncode == 3 and blocked.stdout == ""
+    assert f"may be hung holding it: leader pid {hung.pid} on " in blocked.stderr
+    assert f"Stop that process (`kill {hung.pid}` on " in blocked.stderr
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     _assert_finished_whole(home, store, restarted=True)
 
 

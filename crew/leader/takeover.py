@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from crew import domain
 from crew.domain import gate, runs, tasks
-from crew.domain.lease import new_lease, read_lease, refuse_if_led, write_lease
-from crew.errors import Refused
+from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, write_lease
+from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
 from crew.procs import Stopped, stop_worker
 from crew.registry import LIVE_TASK_STATUSES, EventType
@@ -35,7 +37,7 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
     that task's attempt.
     """
     orphans: list[tuple[str, int, int]] = []
-    with domain.change(store) as txn:
+    with _naming_a_hung_leader(store), domain.change(store) as txn:
         run = txn.run
         overridden = gate.check_owner(run, session, force)
         if run.status.terminal:
@@ -67,3 +69,21 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
         for task_id, pid, attempt in orphans
     ]
     return result
+
+
+@contextmanager
+def _naming_a_hung_leader(store: RunStore) -> Iterator[None]:
+    """A run lock that stays busy while the lease is stale is most likely held by the hung
+    leader being replaced (stopped mid-transaction): say which process, so it can be stopped."""
+    try:
+        yield
+    except CrewTimeout as busy:
+        stale_after = store.state().run.config.crew.leader_stale_after
+        lease = read_lease(store.paths, stale_after=stale_after)
+        if lease.state is not LeaseState.STALE or lease.leader is None:
+            raise
+        hung = lease.leader
+        raise CrewTimeout(
+            f"{busy.message} The run's last leader may be hung holding it: {lease.reason}.",
+            hint=f"Stop that process (`kill {hung.pid}` on {hung.host}), then resume again.",
+        ) from None
