@@ -22,7 +22,7 @@ from crew.models import Event, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
 from crew.registry import ContactType, TaskStatus
 from crew.render import attempts, question_line
-from crew.store import jsonl
+from crew.store import eventlog
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
@@ -84,7 +84,7 @@ class Dashboard:
         self.watching = watching
         self.session = session
         self.interactive = interactive and sys.stdin.isatty()
-        self._events = jsonl.Follower(store.paths.events, Event)
+        self._events = eventlog.Follower(store.paths.events)
         self._recent: list[Event] = []
         self.notice = ""
 

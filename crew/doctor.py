@@ -17,7 +17,7 @@ from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
 from crew.store import jsonl
 from crew.store.runstore import RunStore
-from crew.store.state import Recovery
+from crew.store.state import Recovery, describe_cut
 
 
 def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> DoctorReport:
@@ -103,6 +103,15 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
         )
         for path, why in recovery.broken
     ]
+    if recovery.cut:
+        findings.append(
+            Finding(
+                run_id,
+                f"{describe_cut(recovery.cut)} ends the log: it is not part of the run "
+                "(repair sets it aside)",
+                path=store.paths.events,
+            )
+        )
     if recovery.mismatch:
         findings.append(
             Finding(

@@ -206,6 +206,9 @@ class Event(StateModel):
     """A one-line description for people."""
     data: dict[str, Any] | None = None
     """Details; `task`, `run` and `mailboxMessage` hold the new state of what changed."""
+    end_seq: Annotated[int, Field(ge=1)] | None = None
+    """On every event but the last of a transaction of several: the seq of its last event, so a
+    transaction cut short by a crash is told apart from a whole one (crew/store/eventlog.py)."""
 
 
 class LeaderInfo(StateModel):

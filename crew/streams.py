@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from crew.models import Event
 from crew.registry import EventType
-from crew.store import jsonl
+from crew.store import eventlog, jsonl
 from crew.store.runstore import RunStore
 from crew.store.watch import watch_folders
 
@@ -20,7 +20,7 @@ def follow_events(
     Survives the log being replaced by a repair: it re-reads from the start and skips what it
     already showed (by seq).
     """
-    follower = jsonl.Follower(store.paths.events, Event)
+    follower = eventlog.Follower(store.paths.events)
     shown_seq = 0
     ended = False
     watcher = watch_folders([store.paths.root], step_ms=20) if follow else None

@@ -49,7 +49,7 @@ MESSAGE_KEYS = [
 ]  # fmt: skip
 #: What a send adds to its message.
 SENT_KEYS = [*MESSAGE_KEYS, "runId", "replayed", "dropped", "pending", "leader", "warnings"]
-EVENT_KEYS = ["id", "seq", "runId", "at", "type", "taskId", "message", "data"]
+EVENT_KEYS = ["id", "seq", "runId", "at", "type", "taskId", "message", "data", "endSeq"]
 TERMINAL = {"completed", "failed", "cancelled"}
 
 

@@ -300,3 +300,27 @@ def test_appends_and_snapshots_are_fsynced_by_default(
     monkeypatch.setenv("CREW_FSYNC", "0")
     jsonl.append(tmp_path / "a.jsonl", [event(2).to_line()])
     assert len(synced) == 4
+
+
+@pytest.mark.parametrize(
+    ("content", "count", "kept", "aside"),
+    [
+        (b"a\nb\nc\n", 1, b"a\nb\n", b"c\n"),
+        (b"a\nb\nc\n", 3, b"", b"a\nb\nc\n"),
+        (b"a\nb\nc\n", 0, b"a\nb\nc\n", b""),
+        (b"a\nb\ntor", 1, b"a\n", b"b\ntor\n"),
+        (b"a\nb\ntor", 0, b"a\nb\n", b"tor\n"),
+    ],
+)
+def test_the_last_lines_and_a_torn_tail_are_set_aside_whole(
+    tmp_path: Path, content: bytes, count: int, kept: bytes, aside: bytes
+) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(content)
+
+    moved = jsonl.set_aside_last(path, count)
+
+    assert path.read_bytes() == kept
+    assert moved == len(content) - len(kept)
+    corrupt = path.with_name("events.jsonl.corrupt")
+    assert (corrupt.read_bytes() if corrupt.exists() else b"") == aside

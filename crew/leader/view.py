@@ -10,7 +10,7 @@ from crew import domain
 from crew.leader.schedule import Pending
 from crew.models import Event, MailboxMessage
 from crew.registry import INBOUND_BOXES
-from crew.store import jsonl
+from crew.store import eventlog, jsonl
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
@@ -32,7 +32,7 @@ class RunView:
         self._followers = [
             jsonl.Follower(store.paths.box(b), MailboxMessage) for b in INBOUND_BOXES
         ]
-        self._events = jsonl.Follower(store.paths.events, Event)
+        self._events = eventlog.Follower(store.paths.events)
         #: Workers' latest output times (task id -> timestamp), not yet in tasks.json.
         self._output_times: dict[str, str] = {}
         self._next_flush = 0.0

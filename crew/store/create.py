@@ -12,7 +12,7 @@ from crew.ids import new_run_id
 from crew.models import Event
 from crew.paths import Home, RunPaths
 from crew.registry import Box
-from crew.store import jsonl
+from crew.store import eventlog, jsonl
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, make_dirs
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
@@ -45,7 +45,7 @@ def create_run_files(home: Home, build: Build) -> RunStore:
 def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> None:
     for folder in (paths.root, paths.mailbox_dir, paths.logs_dir, paths.runtime_dir):
         make_dirs(folder)
-    jsonl.append(paths.events, [e.to_line() for e in events])
+    jsonl.append(paths.events, [e.to_line() for e in eventlog.framed(events)])
     for box in Box:
         paths.box(box).touch(mode=FILE_MODE)
     store = RunStore(paths)

@@ -315,6 +315,41 @@ def _cut_torn_tail(fd: int, path: Path) -> int:
     return cut
 
 
+def set_aside_last(path: Path, count: int) -> int:
+    """Move the last `count` complete lines, and any torn tail after them, to `<file>.corrupt`
+    (one piece), truncating the file where they began. Caller holds the run lock. -> bytes moved."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        cut = _start_of_last_lines(fd, size, count)
+        if cut == size:
+            return 0
+        set_aside(path, [os.pread(fd, size - cut, cut)])
+        os.ftruncate(fd, cut)
+        if fsync_enabled():
+            os.fsync(fd)
+        return size - cut
+    finally:
+        os.close(fd)
+
+
+def _start_of_last_lines(fd: int, size: int, count: int) -> int:
+    """The offset where the last `count` complete lines (and a torn tail after them) begin."""
+    ends = 0  # newlines passed, counting from the end
+    wanted = count + 1  # the one that ends the line before the first line to move
+    position = size
+    while position > 0:
+        begin = max(0, position - _BLOCK)
+        block = os.pread(fd, position - begin, begin)
+        index = len(block)
+        while (index := block.rfind(b"\n", 0, index)) >= 0:
+            ends += 1
+            if ends == wanted:
+                return begin + index + 1
+        position = begin
+    return 0
+
+
 def set_aside(path: Path, pieces: Sequence[bytes]) -> Path:
     """Append damaged bytes to `<file>.corrupt`, one piece per line: nothing is ever deleted."""
     target = path.with_name(path.name + CORRUPT_SUFFIX)

@@ -31,7 +31,7 @@ from crew.models import (
 )
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
-from crew.store import jsonl, snapshot
+from crew.store import eventlog, jsonl, snapshot
 from crew.store.files import FILE_MODE, make_dirs
 from crew.store.lock import lock_timeout, locked
 from crew.store.state import (
@@ -39,6 +39,7 @@ from crew.store.state import (
     RunState,
     apply_event,
     checkpoints_in,
+    describe_cut,
     messages_by_box,
     ordered,
     rebuild,
@@ -91,7 +92,7 @@ class RunStore:
         looks again, so only a write that was really cut short is reported as one.
         """
         recovery = self.recover()
-        if not recovery.unapplied or recovery.full:
+        if not (recovery.unapplied or recovery.cut) or recovery.full:
             return recovery
         try:
             with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
@@ -103,7 +104,8 @@ class RunStore:
         return self.load().state
 
     def events(self, *, offset: int = 0) -> jsonl.ReadResult[Event]:
-        return jsonl.read(self.paths.events, Event, offset=offset)
+        """The events of whole transactions (one cut short by a crash is not history)."""
+        return eventlog.read(self.paths.events, offset=offset)
 
     def messages(self, box: Box | None = None) -> list[MailboxMessage]:
         """Mailbox messages folded by id (latest line wins), in first-seen order."""
@@ -212,27 +214,27 @@ class RunStore:
 
     def recover(self, *, full: bool = False) -> Recovery:
         """Load the state; `full` checks the snapshots and mailbox against the whole event log."""
-        last = jsonl.last_record(self.paths.events, Event)
-        last_seq = last.seq if last else 0
+        end = eventlog.tail(self.paths.events)
+        last_seq, cut = end.last_seq, end.cut
         applied = self._read_applied()
         run, tasks, broken = self._read_snapshots()
         if run is not None and tasks is not None and not full:
             state = RunState(run, ordered(run, tasks))
             if applied is not None and applied == last_seq:
-                return Recovery(state, last_seq)
+                return Recovery(state, last_seq, cut=cut)
             if applied is not None and applied < last_seq:
-                unapplied = self._events_after(applied)
+                unapplied = eventlog.after(self.paths.events, applied)
                 for event in unapplied:
                     apply_event(state, event)
-                return Recovery(state, last_seq, unapplied=unapplied)
+                return Recovery(state, last_seq, unapplied=unapplied, cut=cut)
             if applied is not None and applied > last_seq:
-                return Recovery(state, last_seq, history_gap=applied)
+                return Recovery(state, last_seq, history_gap=applied, cut=cut)
         # No trustworthy marker, or unreadable snapshots: check against the whole log.
-        events = jsonl.read(self.paths.events, Event).records
+        events = eventlog.read(self.paths.events).records
         rebuilt = rebuild(events)
         if rebuilt is None:
             if run is not None and tasks is not None:
-                return Recovery(RunState(run, ordered(run, tasks)), last_seq, full=True)
+                return Recovery(RunState(run, ordered(run, tasks)), last_seq, full=True, cut=cut)
             raise Corrupt(
                 f"Run {self.run_id} has no readable state: its snapshots are "
                 f"{'unreadable' if broken else 'missing'} and events.jsonl holds no run record.",
@@ -245,7 +247,13 @@ class RunStore:
             if not mismatch:
                 rebuilt = snapshot_state  # identical, and it keeps the volatile fields
         return Recovery(
-            rebuilt, last_seq, unapplied=events, full=True, broken=broken, mismatch=mismatch
+            rebuilt,
+            last_seq,
+            unapplied=events,
+            full=True,
+            broken=broken,
+            mismatch=mismatch,
+            cut=cut,
         )
 
     def apply_recovery(self, recovery: Recovery) -> list[str]:
@@ -253,6 +261,9 @@ class RunStore:
         if recovery.clean:
             return []
         repairs: list[str] = []
+        if recovery.cut:  # first: the next append must not follow half a transaction
+            jsonl.set_aside_last(self.paths.events, len(recovery.cut))
+            repairs.append(f"set aside {describe_cut(recovery.cut)} to events.jsonl.corrupt")
         for path, why in recovery.broken:
             if why == "missing":
                 repairs.append(f"{path.name} was missing; rebuilt it from events.jsonl")
@@ -292,15 +303,6 @@ class RunStore:
             if missing:
                 gaps[box] = missing
         return gaps
-
-    def _events_after(self, seq: int) -> list[Event]:
-        found: list[Event] = []
-        for event in jsonl.read_backwards(self.paths.events, Event):
-            if event.seq <= seq:
-                break
-            found.append(event)
-        found.reverse()
-        return found
 
     def _read_snapshots(self) -> tuple[Run | None, list[Task] | None, list[tuple[Path, str]]]:
         broken: list[tuple[Path, str]] = []

@@ -61,10 +61,19 @@ class Recovery:
     mismatch: bool = False
     #: Set when events.jsonl ends before the last seq the snapshots reflect.
     history_gap: int | None = None
+    #: The events of a transaction cut short at the end of the log (not part of the history).
+    cut: list[Event] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not (self.unapplied or self.full or self.broken or self.mismatch or self.history_gap)
+        return not (
+            self.unapplied
+            or self.full
+            or self.broken
+            or self.mismatch
+            or self.history_gap
+            or self.cut
+        )
 
     def warnings(self) -> list[str]:
         notes = [
@@ -82,12 +91,23 @@ class Recovery:
                 f"{len(self.unapplied)} event(s) not yet reflected in the snapshots (a write was "
                 "interrupted); the next command that changes the run completes it"
             )
+        if self.cut:
+            notes.append(
+                f"events.jsonl ends with {describe_cut(self.cut)} (a write was interrupted); it "
+                "is not part of the run, and the next command that changes the run sets it aside"
+            )
         if self.history_gap is not None:
             notes.append(
                 f"events.jsonl ends at seq {self.last_seq} but the snapshots reflect seq "
                 f"{self.history_gap}: some history is missing"
             )
         return notes
+
+
+def describe_cut(cut: list[Event]) -> str:
+    """A transaction cut short, in words."""
+    end = cut[0].end_seq or cut[-1].seq
+    return f"a transaction cut short ({len(cut)} of its events, seq {cut[0].seq}–{end})"
 
 
 def rebuild(events: list[Event]) -> RunState | None:

@@ -4,7 +4,8 @@ A transaction knows how to record a change, not which changes are allowed: the r
 transitions, message life-cycles, the gate) live in crew.domain, which stages changes here.
 Commit writes, in this order:
 
-1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point;
+1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point
+   (framed by `endSeq`, so a write cut short is told apart from a whole one: see eventlog.py);
 2. the mailbox lines, one `write()` per mailbox file;
 3. tasks.json and manifest.json, if they changed, and checkpoints (atomic replace);
 4. `.runtime/applied`: the last seq the files now reflect.
@@ -24,7 +25,7 @@ from crew.errors import StoreError
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType
-from crew.store import jsonl
+from crew.store import eventlog, jsonl
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class Txn:
                 self.store.write_snapshots(self.state, tasks=True, run=False)
             return
         paths = self.store.paths
+        self._events = eventlog.framed(self._events)
         jsonl.append(paths.events, [e.to_line() for e in self._events])  # the commit point
         try:
             by_box: dict[Box, list[bytes]] = {}
