@@ -47,8 +47,8 @@ def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
             findings.append(Finding(run_id, exc.message, repairable=False))
             return findings
         state_findings = _state_findings(store, recovery, run_id)
-        if repair and state_findings:
-            store.apply_recovery(recovery)
+        if repair:
+            store.apply_recovery(recovery)  # and the marker, for files the checks rewrote
             for finding in state_findings:
                 finding.repaired = True
         findings.extend(state_findings)
@@ -120,7 +120,7 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
                 path=store.paths.tasks,
             )
         )
-    for box, missing in store.mailbox_gaps(recovery.unapplied).items():
+    for box, missing in recovery.gaps.items():
         ids = ", ".join(m.id for m in missing[:3]) + (", …" if len(missing) > 3 else "")
         findings.append(
             Finding(

@@ -463,6 +463,25 @@ def test_a_script_waits_for_a_task_to_start_before_steering_it(tmp_path: Path, h
     assert "got steer go on" in log_of(store, "second")
 
 
+def test_a_resumed_run_delivers_what_a_deleted_inbox_held(tmp_path: Path, home: Home) -> None:
+    from crew.leader import start_run
+
+    write_crew(tmp_path, [{"id": "t", "prompt": "read ; exit:0"}])
+    store = start_run(home, tmp_path / "crew.toml", session=SESSION)
+    verbs.follow_up(store, "t", "the work", session=SESSION)
+    store.paths.box(Box.INBOX).unlink()  # lost, as a bad `git checkout` or a person might
+
+    status = subprocess.run(
+        [sys.executable, "-m", "crew", "status", store.run_id, "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    leader = Leader("resume", store.run_id, cwd=tmp_path)
+
+    assert any("inbox.jsonl lacks 1 message" in w for w in json.loads(status.stdout)["warnings"])
+    assert leader.finish() == 0, leader.err
+    assert "got followUp the work" in log_of(store, "t")
+
+
 def test_crew_logs_follows_a_task_to_its_end(tmp_path: Path, home: Home) -> None:
     write_crew(tmp_path, [{"id": "t", "prompt": "say:one ; sleep:0.5 ; say:two ; exit:0"}])
     leader = Leader("run", "crew.toml", cwd=tmp_path)

@@ -367,3 +367,29 @@ def test_events_carry_the_run_id_and_a_timestamp_in_utc(make_run: MakeRun) -> No
     for event in jsonl.read(store.paths.events, Event).records:
         assert event.run_id == store.run_id
         assert event.at.endswith("Z") and len(event.at) == 27
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "cut short"])
+def test_a_damaged_mailbox_file_is_noticed_on_open_and_rewritten_by_the_next_writer(
+    make_run: MakeRun, damage: str
+) -> None:
+    from crew import verbs
+
+    store = make_run()
+    verbs.follow_up(store, "plan", "first", session=SESSION)
+    verbs.follow_up(store, "plan", "second", session=SESSION)
+    inbox = store.paths.box(Box.INBOX)
+    if damage == "truncated":
+        inbox.write_bytes(b"")
+    elif damage == "deleted":
+        inbox.unlink()
+    else:
+        inbox.write_bytes(inbox.read_bytes().splitlines(keepends=True)[0])
+
+    warnings = RunStore(store.paths).load().warnings()
+    assert any("inbox.jsonl lacks" in w for w in warnings), warnings
+    verbs.follow_up(store, "plan", "third", session=SESSION)
+
+    bodies = [m.body for m in RunStore(store.paths).messages(Box.INBOX)]
+    assert bodies == ["first", "second", "third"]
+    assert RunStore(store.paths).load().clean

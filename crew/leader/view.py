@@ -56,10 +56,11 @@ class RunView:
         Writers append events, then mailbox lines, then snapshots; reading the snapshots first
         means the mailbox read next is at least as new as them. State that exists only in the
         event log (a write in progress, or one a crash cut short) is never acted on: the leader
-        waits for that writer under the run lock (or completes its write) and reads again.
+        waits for that writer under the run lock (or completes its write) and reads again. Files
+        a crash or a person damaged (a mailbox file cut short) are repaired the same way.
         """
         recovery = self.store.load()
-        if recovery.unapplied:
+        if not recovery.clean and recovery.history_gap is None:
             with self.change():  # waits for the writer holding the lock
                 pass
         else:

@@ -10,14 +10,11 @@ on disk before doing anything else, so only the last transaction can ever be inc
 from __future__ import annotations
 
 import json
-import os
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from crew import faults
 from crew.errors import Corrupt, CrewTimeout, NotFound, Refused, StaleLeader, StoreError
 from crew.models import (
     STATE_VERSION,
@@ -31,8 +28,8 @@ from crew.models import (
 )
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
-from crew.store import eventlog, jsonl, snapshot
-from crew.store.files import FILE_MODE, make_dirs
+from crew.store import eventlog, jsonl, marker, snapshot
+from crew.store.files import make_dirs
 from crew.store.lock import lock_timeout, locked
 from crew.store.state import (
     Recovery,
@@ -92,7 +89,7 @@ class RunStore:
         looks again, so only a write that was really cut short is reported as one.
         """
         recovery = self.recover()
-        if not (recovery.unapplied or recovery.cut) or recovery.full:
+        if recovery.clean:
             return recovery
         try:
             with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
@@ -194,21 +191,8 @@ class RunStore:
         snapshot.write_atomic(path, snapshot.dump_model(checkpoint))
 
     def write_applied(self, seq: int) -> None:
-        """Record the last seq the files reflect. Caller holds the lock.
-
-        Overwritten in place, fixed width, with a checksum a reader verifies; no fsync and no
-        atomic replace (which costs ~0.5 ms a transaction on ext4): a marker lost or torn only
-        makes the next reader or writer check more.
-        """
-        digits = b"%020d" % seq
-        data = digits + b" %08x\n" % zlib.crc32(digits)
-        make_dirs(self.paths.runtime_dir)
-        fd = os.open(self.paths.applied, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        try:
-            os.pwrite(fd, data, 0)
-        finally:
-            os.close(fd)
-        faults.crash_at(f"write:{self.paths.applied.name}")
+        """Record the last seq the files reflect, and the mailbox files' sizes. Locked."""
+        marker.write(self.paths, seq)
 
     # ---------------------------------------------------------------- recovery
 
@@ -216,20 +200,21 @@ class RunStore:
         """Load the state; `full` checks the snapshots and mailbox against the whole event log."""
         end = eventlog.tail(self.paths.events)
         last_seq, cut = end.last_seq, end.cut
-        applied = self._read_applied()
+        applied = marker.read(self.paths)
         run, tasks, broken = self._read_snapshots()
-        if run is not None and tasks is not None and not full:
+        if run is not None and tasks is not None and applied is not None and not full:
             state = RunState(run, ordered(run, tasks))
-            if applied is not None and applied == last_seq:
+            if applied.seq == last_seq and applied.sizes == marker.mailbox_sizes(self.paths):
                 return Recovery(state, last_seq, cut=cut)
-            if applied is not None and applied < last_seq:
-                unapplied = eventlog.after(self.paths.events, applied)
+            if applied.seq < last_seq:
+                unapplied = eventlog.after(self.paths.events, applied.seq)
                 for event in unapplied:
                     apply_event(state, event)
                 return Recovery(state, last_seq, unapplied=unapplied, cut=cut)
-            if applied is not None and applied > last_seq:
-                return Recovery(state, last_seq, history_gap=applied, cut=cut)
-        # No trustworthy marker, or unreadable snapshots: check against the whole log.
+            if applied.seq > last_seq:
+                return Recovery(state, last_seq, history_gap=applied.seq, cut=cut)
+        # No trustworthy marker, unreadable snapshots, or a mailbox file changed outside a
+        # transaction: check everything against the whole log.
         events = eventlog.read(self.paths.events).records
         rebuilt = rebuild(events)
         if rebuilt is None:
@@ -254,6 +239,7 @@ class RunStore:
             broken=broken,
             mismatch=mismatch,
             cut=cut,
+            gaps=self.mailbox_gaps(events),
         )
 
     def apply_recovery(self, recovery: Recovery) -> list[str]:
@@ -276,7 +262,7 @@ class RunStore:
             repairs.append("rewrote tasks.json and manifest.json to match events.jsonl")
         repairs.extend(self._rewrite_checkpoints(recovery.unapplied))
         if recovery.full:
-            repairs.extend(self._reconcile_mailbox_full(recovery.unapplied))
+            repairs.extend(self._reconcile_mailbox_full(recovery.gaps))
         else:
             repairs.extend(self._reapply_mailbox_tail(recovery.unapplied))
             if recovery.unapplied:
@@ -332,17 +318,6 @@ class RunStore:
         self._snapshots[path] = (raw, model)
         return model
 
-    def _read_applied(self) -> int | None:
-        """The last seq the snapshots and mailbox reflect (None: unknown, check everything)."""
-        try:
-            raw = self.paths.applied.read_bytes()
-        except FileNotFoundError:
-            return None
-        digits, _, check = raw.strip().partition(b" ")
-        if not digits.isdigit() or check != b"%08x" % zlib.crc32(digits):
-            return None  # a marker from an older crew, or one read while it was rewritten
-        return int(digits)
-
     def _reapply_mailbox_tail(self, events: list[Event]) -> list[str]:
         """Append the mailbox lines of unapplied events that did not reach their files."""
         repairs: list[str] = []
@@ -366,10 +341,10 @@ class RunStore:
             repairs.append(f"re-wrote {self.paths.checkpoint(checkpoint.task_id).name}")
         return repairs
 
-    def _reconcile_mailbox_full(self, events: list[Event]) -> list[str]:
-        """With no trustworthy marker: bring each message up to its latest evented version."""
+    def _reconcile_mailbox_full(self, gaps: dict[Box, list[MailboxMessage]]) -> list[str]:
+        """After a full check: bring each message up to its latest evented version."""
         repairs: list[str] = []
-        for box, missing in self.mailbox_gaps(events).items():
+        for box, missing in gaps.items():
             path = self.paths.box(box)
             jsonl.append(path, [m.to_line() for m in missing])
             repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")

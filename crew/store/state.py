@@ -63,6 +63,8 @@ class Recovery:
     history_gap: int | None = None
     #: The events of a transaction cut short at the end of the log (not part of the history).
     cut: list[Event] = field(default_factory=list)
+    #: After a full check: message versions the events record that a mailbox file lacks.
+    gaps: dict[Box, list[MailboxMessage]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -90,6 +92,12 @@ class Recovery:
             notes.append(
                 f"{len(self.unapplied)} event(s) not yet reflected in the snapshots (a write was "
                 "interrupted); the next command that changes the run completes it"
+            )
+        for box, missing in self.gaps.items():
+            notes.append(
+                f"{box.value}.jsonl lacks {len(missing)} message update(s) that events.jsonl "
+                "records (the file was cut short or edited); the next command that changes the "
+                "run re-writes them"
             )
         if self.cut:
             notes.append(
