@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
 from crew.clock import TIMESTAMP_PATTERN
 from crew.config import CamelModel, CrewConfig
@@ -15,6 +15,7 @@ from crew.ids import RUN_ID_PATTERN, TASK_ID_PATTERN
 from crew.registry import (
     ContactType,
     Direction,
+    EventData,
     EventType,
     MessageData,
     MessageKind,
@@ -209,6 +210,53 @@ class Event(StateModel):
     end_seq: Annotated[int, Field(ge=1)] | None = None
     """On every event but the last of a transaction of several: the seq of its last event, so a
     transaction cut short by a crash is told apart from a whole one (crew/store/eventlog.py)."""
+
+    _carried: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_carried(self) -> Self:
+        """The state an event carries must be valid state: an event carrying anything else is a
+        bad line, which readers skip and `crew doctor --repair` sets aside."""
+        for key, model in _CARRIED.items():
+            raw = (self.data or {}).get(key)
+            if raw is None:
+                continue
+            try:
+                self._carried[key] = model.model_validate(raw)
+            except ValidationError as exc:
+                error = exc.errors(include_url=False, include_input=False)[0]
+                where = ".".join(str(part) for part in error["loc"])
+                raise ValueError(f"data.{key} is not valid ({where}: {error['msg']})") from None
+        return self
+
+    @property
+    def task_state(self) -> Task | None:
+        """The new state of the task this event changed."""
+        return self._carried.get(EventData.TASK)
+
+    @property
+    def run_state(self) -> Run | None:
+        """The new state of the run, if this event changed it."""
+        return self._carried.get(EventData.RUN)
+
+    @property
+    def mail_state(self) -> MailboxMessage | None:
+        """The new state of the mailbox message this event recorded."""
+        return self._carried.get(EventData.MESSAGE)
+
+    @property
+    def checkpoint_state(self) -> Checkpoint | None:
+        """The checkpoint this event recorded."""
+        return self._carried.get(EventData.CHECKPOINT)
+
+
+#: What an event's `data` may carry as new state, and the model each must be.
+_CARRIED: dict[str, type[StateModel]] = {
+    EventData.TASK: Task,
+    EventData.RUN: Run,
+    EventData.MESSAGE: MailboxMessage,
+    EventData.CHECKPOINT: Checkpoint,
+}
 
 
 class LeaderInfo(StateModel):

@@ -210,3 +210,24 @@ def test_the_generated_docs_are_up_to_date() -> None:
     from crew.docgen import main
 
     assert main(["--check"]) == 0, "run `make docs` and commit the result"
+
+
+def test_an_event_carrying_invalid_state_is_a_bad_line_not_an_internal_error(
+    cli: Cli, make_run: Callable[..., RunStore]
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1, started_at=txn.at)
+    last = json.loads(store.paths.events.read_bytes().splitlines()[-1])
+    bad = {**last, "id": "evt_bad", "seq": last["seq"] + 1, "data": {"task": {"id": "plan"}}}
+    with store.paths.events.open("a") as handle:
+        handle.write(json.dumps(bad) + "\n")
+    store.paths.applied.unlink()  # as in a clone: the whole log is checked
+
+    assert cli("status", store.run_id).code == 0
+    assert cli("steer", store.run_id, "plan", "go on").code == 0
+    found = cli("doctor", store.run_id)
+    assert found.code == 1 and "events.jsonl:" in found.out
+    assert "data.task is not valid (agent: Field required)" in found.out
+    assert cli("doctor", store.run_id, "--repair").code == 0
+    assert cli("doctor", store.run_id).code == 0

@@ -61,7 +61,7 @@ class ReadResult(Generic[M]):
 def _reason(exc: ValidationError) -> str:
     error = exc.errors(include_url=False, include_input=False)[0]
     where = ".".join(str(p) for p in error["loc"])
-    text = str(error["msg"])
+    text = str(error["msg"]).removeprefix("Value error, ")
     return f"{where}: {text}" if where else text
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from crew.errors import NotFound
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
-from crew.registry import Box, EventData
+from crew.registry import Box
 
 #: Task fields the leader refreshes without an event (too frequent to log); ignored when comparing
 #: snapshots with the state rebuilt from events.
@@ -123,12 +123,10 @@ def rebuild(events: list[Event]) -> RunState | None:
     run: Run | None = None
     tasks: dict[str, Task] = {}
     for event in events:
-        data = event.data or {}
-        if EventData.RUN in data:
-            run = Run.model_validate(data[EventData.RUN])
-        if EventData.TASK in data:
-            task = Task.model_validate(data[EventData.TASK])
-            tasks[task.id] = task
+        if event.run_state is not None:
+            run = event.run_state
+        if event.task_state is not None:
+            tasks[event.task_state.id] = event.task_state
     if run is None:
         return None
     return RunState(run, ordered(run, list(tasks.values())))
@@ -136,12 +134,10 @@ def rebuild(events: list[Event]) -> RunState | None:
 
 def apply_event(state: RunState, event: Event) -> None:
     """Bring `state` forward by one event (the new run and task states it carries)."""
-    data = event.data or {}
-    if EventData.RUN in data:
-        state.run = Run.model_validate(data[EventData.RUN])
-    if EventData.TASK in data:
-        task = Task.model_validate(data[EventData.TASK])
-        state.tasks[task.id] = task
+    if event.run_state is not None:
+        state.run = event.run_state
+    if event.task_state is not None:
+        state.tasks[event.task_state.id] = event.task_state
 
 
 def same_state(a: RunState, b: RunState) -> bool:
@@ -167,9 +163,8 @@ def messages_by_box(events: list[Event]) -> dict[Box, list[MailboxMessage]]:
     """The mailbox lines a list of events carries, by the file that holds them, in order."""
     found: dict[Box, list[MailboxMessage]] = {}
     for event in events:
-        raw = (event.data or {}).get(EventData.MESSAGE)
-        if raw is not None:
-            mail = MailboxMessage.model_validate(raw)
+        mail = event.mail_state
+        if mail is not None:
             found.setdefault(mail.kind.box, []).append(mail)
     return found
 
@@ -178,8 +173,6 @@ def checkpoints_in(events: list[Event]) -> dict[str, Checkpoint]:
     """The last checkpoint each task saved, as a list of events carries them."""
     found: dict[str, Checkpoint] = {}
     for event in events:
-        raw = (event.data or {}).get(EventData.CHECKPOINT)
-        if raw is not None:
-            checkpoint = Checkpoint.model_validate(raw)
-            found[checkpoint.task_id] = checkpoint
+        if event.checkpoint_state is not None:
+            found[event.checkpoint_state.task_id] = event.checkpoint_state
     return found
