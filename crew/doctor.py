@@ -15,9 +15,13 @@ from crew.models import Event, MailboxMessage
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
-from crew.store import jsonl
+from crew.store import jsonl, pin
+from crew.store.pin import Pin
 from crew.store.runstore import RunStore
 from crew.store.state import Recovery, describe_cut
+
+#: How many times an examination reads a run again when a writer rewrote a log meanwhile.
+PIN_ATTEMPTS = 3
 
 
 def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> DoctorReport:
@@ -35,46 +39,74 @@ def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> Docto
 
 
 def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
-    """Every problem of one run, found (and with `repair`, fixed) under the run lock."""
-    findings: list[Finding] = []
-    run_id = store.run_id
-    with store.lock():
-        findings.extend(_check_logs(store.paths, run_id, repair=repair))
-        findings.extend(_check_temp_files(store.paths, run_id, repair=repair))
-        try:
-            recovery = store.recover(full=True)
-        except CrewError as exc:
-            findings.append(Finding(run_id, exc.message, repairable=False))
+    """Every problem of one run, found (and with `repair`, fixed).
+
+    A repair works under the run lock throughout. An examination only pins the run under the
+    lock and reads it unlocked (crew/store/pin.py), so that however big the run, the leader and
+    the run's writers are held up for a moment only.
+    """
+    if repair:
+        with store.lock():
+            return _check_temp_files(store.paths, store.run_id, repair=True) + _examine(
+                store, None, repair=True
+            )
+    for _ in range(PIN_ATTEMPTS):
+        with store.lock():
+            temps = _check_temp_files(store.paths, store.run_id, repair=False)
+            pinned = pin.take(store.paths)
+        findings = temps + _examine(store, pinned, repair=False)
+        if pin.holds(pinned):
             return findings
-        state_findings = _state_findings(store, recovery, run_id)
-        if repair:
-            store.apply_recovery(recovery)  # and the marker, for files the checks rewrote
-            for finding in state_findings:
-                finding.repaired = True
-        findings.extend(state_findings)
-        findings.extend(_duplicate_seqs(store.paths, run_id))
-        run = recovery.state.run
-        if not run.status.terminal:
-            lease = read_lease(store.paths, stale_after=run.config.crew.leader_stale_after)
-            if lease.state is LeaseState.STALE:
-                findings.append(
-                    Finding(
-                        run_id,
-                        f"the run is {run.status} but its leader is gone ({lease.reason}): "
-                        f"`crew resume {run_id}` leads it again, `crew cancel {run_id}` ends it",
-                        path=store.paths.leader,
-                        repairable=False,
-                    )
+    with store.lock():  # rewritten under every read: look once more, holding the lock
+        return _check_temp_files(store.paths, store.run_id, repair=False) + _examine(
+            store, None, repair=False
+        )
+
+
+def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Finding]:
+    run_id = store.run_id
+    findings, events = _check_logs(store.paths, run_id, pinned, repair=repair)
+    try:
+        recovery = store.recover(full=True, pin=pinned)
+    except CrewError as exc:
+        findings.append(Finding(run_id, exc.message, repairable=False))
+        return findings
+    state_findings = _state_findings(store, recovery, run_id)
+    if repair:
+        store.apply_recovery(recovery)  # and the marker, for files the checks rewrote
+        for finding in state_findings:
+            finding.repaired = True
+    findings.extend(state_findings)
+    findings.extend(_duplicate_seqs(store.paths, run_id, events))
+    run = recovery.state.run
+    if not run.status.terminal:
+        lease = read_lease(store.paths, stale_after=run.config.crew.leader_stale_after)
+        if lease.state is LeaseState.STALE:
+            findings.append(
+                Finding(
+                    run_id,
+                    f"the run is {run.status} but its leader is gone ({lease.reason}): "
+                    f"`crew resume {run_id}` leads it again, `crew cancel {run_id}` ends it",
+                    path=store.paths.leader,
+                    repairable=False,
                 )
+            )
     return findings
 
 
-def _check_logs(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
+def _check_logs(
+    paths: RunPaths, run_id: str, pinned: Pin | None, *, repair: bool
+) -> tuple[list[Finding], list[Event]]:
+    """Bad lines and torn tails of the logs; and the events read (for the other checks)."""
     findings: list[Finding] = []
+    events: list[Event] = []
     logs: list[tuple[Path, type[Event] | type[MailboxMessage]]] = [(paths.events, Event)]
     logs.extend((paths.box(b), MailboxMessage) for b in Box)
     for path, model in logs:
-        result = jsonl.read(path, model)
+        end = pinned.end(path) if pinned is not None else None
+        result = jsonl.read(path, model, end=end)
+        if model is Event:
+            events = [e for e in result.records if isinstance(e, Event)]
         found = [Finding(run_id, bad.reason, path=path, line=bad.line) for bad in result.bad]
         if result.tail_bytes:
             found.append(
@@ -91,7 +123,7 @@ def _check_logs(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
             for finding in found:
                 finding.repaired = True
         findings.extend(found)
-    return findings
+    return findings, events
 
 
 def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Finding]:
@@ -133,8 +165,8 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
     return findings
 
 
-def _duplicate_seqs(paths: RunPaths, run_id: str) -> list[Finding]:
-    seqs = Counter(e.seq for e in jsonl.read(paths.events, Event).records)
+def _duplicate_seqs(paths: RunPaths, run_id: str, events: list[Event]) -> list[Finding]:
+    seqs = Counter(e.seq for e in events)
     duplicated = sorted(seq for seq, count in seqs.items() if count > 1)
     if not duplicated:
         return []

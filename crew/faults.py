@@ -7,6 +7,7 @@ first) it passes `<point>`. Points are named after what was just done:
     tear:<file>       in the middle of an append: half the bytes written, then death
     replace:<file>    after an atomic snapshot replace (tasks.json, manifest.json, leader.json, …)
     write:<file>      after a file is overwritten in place (applied, the store's marker)
+    read:<file>       as a tolerant read of a JSONL file begins
     deliver           after the leader wrote messages to a worker's stdin, before recording it
     enospc:<file>     not a crash: the append fails as if the disk were full
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the

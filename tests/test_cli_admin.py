@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from conftest import CliResult, snapshot_files
+from leaders import eventually
 
 from crew.domain import change, tasks
 from crew.paths import Home
-from crew.registry import TaskStatus
+from crew.registry import Box, TaskStatus
 from crew.schemas import SCHEMAS
+from crew.store import jsonl, pin
 from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
@@ -231,3 +234,44 @@ def test_an_event_carrying_invalid_state_is_a_bad_line_not_an_internal_error(
     assert "data.task is not valid (agent: Field required)" in found.out
     assert cli("doctor", store.run_id, "--repair").code == 0
     assert cli("doctor", store.run_id).code == 0
+
+
+def test_doctor_reads_a_run_without_holding_its_lock(make_run: MakeRun) -> None:
+    """However long doctor reads (here: stopped in the middle of reading events.jsonl), the
+    run's writers are not held up, and what they write meanwhile is no finding."""
+    store = make_run()
+    reading = subprocess.Popen(
+        [sys.executable, "-m", "crew", "doctor", store.run_id],
+        env={**os.environ, "CREW_FAULT": "stop:read:events.jsonl"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        eventually(lambda: _process_state(reading.pid) == "T")
+        sent = _crew("follow-up", store.run_id, "plan", "more", env={"CREW_LOCK_TIMEOUT": "1"})
+    finally:
+        reading.send_signal(signal.SIGCONT)
+        out, err = reading.communicate(timeout=30)
+
+    assert sent.returncode == 0, sent.stderr
+    assert (reading.returncode, out, err) == (0, "Checked 1 run: no problems found.\n", "")
+    assert [m.body for m in store.messages(Box.INBOX)] == ["more"]
+
+
+def test_a_pin_does_not_hold_once_a_log_is_rewritten(make_run: MakeRun) -> None:
+    store = make_run()
+    with store.lock():
+        pinned = pin.take(store.paths)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING)
+    assert pin.holds(pinned)  # appended to: what was pinned is still there
+
+    with store.lock():
+        pinned = pin.take(store.paths)
+    jsonl.set_aside_last(store.paths.events, 1)
+    assert not pin.holds(pinned)
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of a process (`T`: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]

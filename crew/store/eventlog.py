@@ -41,9 +41,10 @@ def framed(events: Sequence[Event]) -> list[Event]:
     return [e.model_copy(update={"end_seq": end}) for e in events[:-1]] + [events[-1]]
 
 
-def read(path: Path, *, offset: int = 0) -> jsonl.ReadResult[Event]:
-    """Every event of whole transactions from `offset` (a transaction boundary), tolerantly."""
-    result = jsonl.read(path, Event, offset=offset)
+def read(path: Path, *, offset: int = 0, end: int | None = None) -> jsonl.ReadResult[Event]:
+    """Every event of whole transactions from `offset` (a transaction boundary) to byte `end`
+    (the whole file if None), tolerantly."""
+    result = jsonl.read(path, Event, offset=offset, end=end)
     del result.records[whole(result.records) :]
     return result
 
@@ -61,10 +62,11 @@ class Tail:
         return self.last.seq if self.last is not None else 0
 
 
-def tail(path: Path) -> Tail:
-    """The last whole event and any cut transaction after it: reads only the end of the file."""
+def tail(path: Path, *, end: int | None = None) -> Tail:
+    """The last whole event and any cut transaction after it (in the first `end` bytes, when
+    given): reads only the end of the file."""
     found = Tail()
-    for event in jsonl.read_backwards(path, Event):
+    for event in jsonl.read_backwards(path, Event, end=end):
         if closes(event):
             found.last = event
             break

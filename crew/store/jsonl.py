@@ -65,8 +65,11 @@ def _reason(exc: ValidationError) -> str:
     return f"{where}: {text}" if where else text
 
 
-def _lines(path: Path, offset: int, line: int) -> Iterator[tuple[int, int, bytes]]:
-    """Yield `(line number, offset, raw)` for each complete line from `offset`, blank ones too."""
+def _lines(
+    path: Path, offset: int, line: int, end: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
+    """Yield `(line number, offset, raw)` for each complete line from `offset` (to `end`, when
+    given), blank ones too."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
@@ -76,6 +79,8 @@ def _lines(path: Path, offset: int, line: int) -> Iterator[tuple[int, int, bytes
         position = offset
         number = line
         for raw in handle:
+            if end is not None and position + len(raw) > end:
+                return  # past the end the caller read to
             if raw[-1:] != b"\n":
                 return  # unterminated: still being written, or torn by a crash
             yield number, position, raw
@@ -90,15 +95,18 @@ def _parse(path: Path, model: type[M], number: int, start: int, raw: bytes) -> M
         return BadLine(path, number, start, len(raw), _reason(exc))
 
 
-def read(path: Path, model: type[M], *, offset: int = 0, line: int = 1) -> ReadResult[M]:
-    """Read every complete line from `offset`, tolerantly.
+def read(
+    path: Path, model: type[M], *, offset: int = 0, line: int = 1, end: int | None = None
+) -> ReadResult[M]:
+    """Read every complete line from `offset` (up to byte `end`, when given), tolerantly.
 
     Never raises on file content: blank lines are skipped, invalid ones reported as BadLine, and
     an unterminated last line is left for a later read (it is being written, or was torn by a
     crash).
     """
+    faults.crash_at(f"read:{path.name}")
     result: ReadResult[M] = ReadResult(offset=offset, line=line)
-    for number, start, raw in _lines(path, offset, line):
+    for number, start, raw in _lines(path, offset, line, end):
         result.offset = start + len(raw)
         result.line = number + 1
         if raw.isspace():
@@ -108,7 +116,7 @@ def read(path: Path, model: type[M], *, offset: int = 0, line: int = 1) -> ReadR
             result.bad.append(item)
         else:
             result.records.append(item)
-    result.tail_bytes = max(0, _size(path) - result.offset)
+    result.tail_bytes = max(0, (_size(path) if end is None else end) - result.offset)
     return result
 
 
@@ -139,9 +147,10 @@ def tail_records(path: Path, model: type[M], count: int) -> list[M]:
     return found
 
 
-def read_backwards(path: Path, model: type[M]) -> Iterator[M]:
-    """The valid records of a file from the last to the first, reading only as far as needed."""
-    for raw in _reverse_lines(path):
+def read_backwards(path: Path, model: type[M], *, end: int | None = None) -> Iterator[M]:
+    """The valid records of a file (its first `end` bytes, when given) from the last to the
+    first, reading only as far as needed."""
+    for raw in _reverse_lines(path, end):
         if raw.isspace() or not raw:
             continue
         try:
@@ -150,7 +159,7 @@ def read_backwards(path: Path, model: type[M]) -> Iterator[M]:
             continue
 
 
-def _reverse_lines(path: Path) -> Iterator[bytes]:
+def _reverse_lines(path: Path, end: int | None = None) -> Iterator[bytes]:
     """Complete lines of a file from the last to the first, without reading it all."""
     try:
         handle = path.open("rb")
@@ -158,6 +167,8 @@ def _reverse_lines(path: Path) -> Iterator[bytes]:
         return
     with handle:
         position = handle.seek(0, os.SEEK_END)
+        if end is not None:
+            position = min(position, end)
         carry = b""
         seen_newline = False
         block = _FIRST_BLOCK  # most lines are short: start small, grow while nothing is found

@@ -31,6 +31,7 @@ from crew.registry import Box, EventType, MessageStatus
 from crew.store import eventlog, jsonl, marker, snapshot
 from crew.store.files import make_dirs
 from crew.store.lock import lock_timeout, locked
+from crew.store.pin import Pin
 from crew.store.state import (
     Recovery,
     RunState,
@@ -196,12 +197,16 @@ class RunStore:
 
     # ---------------------------------------------------------------- recovery
 
-    def recover(self, *, full: bool = False) -> Recovery:
-        """Load the state; `full` checks the snapshots and mailbox against the whole event log."""
-        end = eventlog.tail(self.paths.events)
+    def recover(self, *, full: bool = False, pin: Pin | None = None) -> Recovery:
+        """Load the state; `full` checks the snapshots and mailbox against the whole event log.
+        With a `pin` (taken under the lock), that full check reads the files as pinned, and
+        needs no lock (crew/store/pin.py)."""
+        full = full or pin is not None
+        events_end = pin.end(self.paths.events) if pin is not None else None
+        end = eventlog.tail(self.paths.events, end=events_end)
         last_seq, cut = end.last_seq, end.cut
         applied = marker.read(self.paths)
-        run, tasks, broken = self._read_snapshots()
+        run, tasks, broken = self._read_snapshots(pin)
         if run is not None and tasks is not None and applied is not None and not full:
             state = RunState(run, ordered(run, tasks))
             if applied.seq == last_seq and applied.sizes == marker.mailbox_sizes(self.paths):
@@ -215,7 +220,7 @@ class RunStore:
                 return Recovery(state, last_seq, history_gap=applied.seq, cut=cut)
         # No trustworthy marker, unreadable snapshots, or a mailbox file changed outside a
         # transaction: check everything against the whole log.
-        events = eventlog.read(self.paths.events).records
+        events = eventlog.read(self.paths.events, end=events_end).records
         rebuilt = rebuild(events)
         if rebuilt is None:
             if run is not None and tasks is not None:
@@ -239,7 +244,7 @@ class RunStore:
             broken=broken,
             mismatch=mismatch,
             cut=cut,
-            gaps=self.mailbox_gaps(events),
+            gaps=self.mailbox_gaps(events, pin),
         )
 
     def apply_recovery(self, recovery: Recovery) -> list[str]:
@@ -274,12 +279,16 @@ class RunStore:
         self.write_applied(recovery.last_seq)
         return repairs
 
-    def mailbox_gaps(self, events: list[Event]) -> dict[Box, list[MailboxMessage]]:
+    def mailbox_gaps(
+        self, events: list[Event], pin: Pin | None = None
+    ) -> dict[Box, list[MailboxMessage]]:
         """Messages whose latest evented version their mailbox file lacks (or has older)."""
         gaps: dict[Box, list[MailboxMessage]] = {}
         for box, messages in messages_by_box(events).items():
             expected = jsonl.fold(messages, _message_id)
-            have = jsonl.fold(jsonl.read(self.paths.box(box), MailboxMessage).records, _message_id)
+            path = self.paths.box(box)
+            end = pin.end(path) if pin is not None else None
+            have = jsonl.fold(jsonl.read(path, MailboxMessage, end=end).records, _message_id)
             missing = [
                 m
                 for m in expected.values()
@@ -290,27 +299,31 @@ class RunStore:
                 gaps[box] = missing
         return gaps
 
-    def _read_snapshots(self) -> tuple[Run | None, list[Task] | None, list[tuple[Path, str]]]:
+    def _read_snapshots(
+        self, pin: Pin | None = None
+    ) -> tuple[Run | None, list[Task] | None, list[tuple[Path, str]]]:
         broken: list[tuple[Path, str]] = []
         run: Run | None = None
         tasks: list[Task] | None = None
         try:
-            run = self._load(self.paths.manifest, RunAdapter)
+            run = self._load(self.paths.manifest, RunAdapter, pin)
             _check_version(self.paths.manifest, run)
         except FileNotFoundError:
             broken.append((self.paths.manifest, "missing"))
         except Corrupt as exc:
             broken.append((self.paths.manifest, _detail(exc)))
         try:
-            tasks = self._load(self.paths.tasks, TaskList)
+            tasks = self._load(self.paths.tasks, TaskList, pin)
         except FileNotFoundError:
             broken.append((self.paths.tasks, "missing"))
         except Corrupt as exc:
             broken.append((self.paths.tasks, _detail(exc)))
         return run, tasks, broken
 
-    def _load(self, path: Path, adapter: Any) -> Any:
-        raw = path.read_bytes()
+    def _load(self, path: Path, adapter: Any, pin: Pin | None = None) -> Any:
+        raw = path.read_bytes() if pin is None else pin.snapshots.get(path)
+        if raw is None:
+            raise FileNotFoundError(path)
         cached = self._snapshots.get(path)
         if cached is not None and cached[0] == raw:
             return cached[1]
