@@ -11,7 +11,7 @@ from pathlib import Path
 
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewError
-from crew.models import Event, MailboxMessage
+from crew.models import CheckedEvent, Event, MailboxMessage
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
@@ -34,7 +34,10 @@ def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> Docto
         run_ids = [home.resolve_run(ref).run_id]
     for run_id in run_ids:
         report.runs.append(run_id)
-        report.findings.extend(examine_run(RunStore(home.run(run_id)), repair=repair))
+        try:
+            report.findings.extend(examine_run(RunStore(home.run(run_id)), repair=repair))
+        except CrewError as exc:  # a run crew refuses to read (a link, a busy lock, …)
+            report.findings.append(Finding(run_id, exc.message, repairable=False))
     return report
 
 
@@ -100,12 +103,12 @@ def _check_logs(
     """Bad lines and torn tails of the logs; and the events read (for the other checks)."""
     findings: list[Finding] = []
     events: list[Event] = []
-    logs: list[tuple[Path, type[Event] | type[MailboxMessage]]] = [(paths.events, Event)]
+    logs: list[tuple[Path, type[Event] | type[MailboxMessage]]] = [(paths.events, CheckedEvent)]
     logs.extend((paths.box(b), MailboxMessage) for b in Box)
     for path, model in logs:
         end = pinned.end(path) if pinned is not None else None
         result = jsonl.read(path, model, end=end)
-        if model is Event:
+        if model is CheckedEvent:
             events = [e for e in result.records if isinstance(e, Event)]
         found = [Finding(run_id, bad.reason, path=path, line=bad.line) for bad in result.bad]
         if result.tail_bytes:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from crew.models import Event
 from crew.registry import EventType
 from crew.store import eventlog, jsonl
+from crew.store.files import open_read
 from crew.store.runstore import RunStore
 from crew.store.watch import watch_folders
 
@@ -55,7 +56,7 @@ def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes
         while True:
             ended = not follow or store.state().task(task_id).status.terminal
             try:
-                with path.open("rb") as handle:
+                with open_read(path) as handle:
                     handle.seek(offset)
                     while chunk := handle.read(65536):
                         offset += len(chunk)

@@ -275,3 +275,20 @@ def _process_state(pid: int) -> str:
     """The state letter of a process (`T`: stopped)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2]
+
+
+def test_an_event_carrying_invalid_state_after_the_snapshots_is_a_clear_error(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run()
+    last = json.loads(store.paths.events.read_bytes().splitlines()[-1])
+    bad = {**last, "id": "evt_bad", "seq": last["seq"] + 1, "data": {"run": {"runId": "x"}}}
+    with store.paths.events.open("a") as handle:
+        handle.write(json.dumps(bad) + "\n")
+
+    shown = cli("status", store.run_id)
+    assert shown.code == 1 and shown.out == ""
+    assert shown.err.startswith(f"crew: error: Event {bad['seq']} of events.jsonl carries invalid")
+    assert "`crew doctor --repair` sets the line aside." in shown.err
+    assert cli("doctor", store.run_id, "--repair").code == 0
+    assert cli("status", store.run_id).code == 0

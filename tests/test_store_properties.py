@@ -29,9 +29,18 @@ def events(draw: st.DrawFn) -> Event:
         task_id=draw(st.none() | st.from_regex(r"^[a-z0-9][a-z0-9_.-]{0,10}$", fullmatch=True)),
         message=draw(st.none() | texts),
         data=draw(
-            st.none() | st.dictionaries(st.text(max_size=5), texts | st.integers(), max_size=3)
+            st.none()
+            | st.dictionaries(
+                st.text(max_size=5).filter(lambda key: key not in _CARRIED),
+                texts | st.integers(),
+                max_size=3,
+            )
         ),
     )
+
+
+#: Keys of an event's data that carry state, which must be valid state (not a random value).
+_CARRIED = {"run", "task", "message", "checkpoint"}
 
 
 def _is_valid(raw: bytes) -> bool:

@@ -19,6 +19,7 @@ from crew.domain.runs import create_run
 from crew.errors import CrewError, ExitCode, StoreError, error_for
 from crew.paths import Home
 from crew.results.leading import Led
+from crew.store.files import open_fd
 from crew.store.runstore import RunStore
 from crew.text import counts
 
@@ -161,7 +162,7 @@ def detach(store: RunStore, *, session: str, options: LeadOptions = LeadOptions(
 def _redirect(log: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    out = open_fd(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)

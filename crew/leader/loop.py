@@ -35,6 +35,7 @@ from crew.registry import (
     MessageSource,
     RunStatus,
 )
+from crew.store.files import open_fd
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.text import short
@@ -408,7 +409,10 @@ class Leader:
         run_id = self.store.run_id
         reason = f"{type(error).__name__}: {short(str(error), 300)}"
         log = self.paths.leader_log
-        with contextlib.suppress(Exception), log.open("a") as handle:
+        with (
+            contextlib.suppress(Exception),
+            os.fdopen(open_fd(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a") as handle,
+        ):
             handle.write(f"{clock.now()} the leader (pid {os.getpid()}) crashed:\n")
             traceback.print_exception(error, file=handle)
         with contextlib.suppress(Exception), self.view.change() as txn:

@@ -26,7 +26,7 @@ from crew.leader.signals import AgentState
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
 from crew.procs import signal_group
-from crew.store.files import FILE_MODE, write_all
+from crew.store.files import open_fd, write_all
 
 _READ = 65536
 #: How long a worker gets between SIGTERM and SIGKILL, and to exit once its stdin is closed.
@@ -378,9 +378,7 @@ def start_worker(
 ) -> WorkerProcess:
     """Start one attempt's worker (OSError when its command cannot be started)."""
     process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
-    log_fd = os.open(
-        paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
-    )
+    log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     worker = WorkerProcess(
         task_id,
         attempt,

@@ -1,11 +1,22 @@
-"""Low-level file primitives shared by the JSONL log and the snapshots: durability and modes."""
+"""Low-level file primitives shared by the JSONL log and the snapshots: durability, modes, and
+never following a symbolic link.
+
+A run folder can come from anywhere a git checkout can (a pull, a clone, an archive), and git
+stores symbolic links: an `events.jsonl` that is a link to `~/.bashrc` would have crew append to
+it. So crew opens every file of a run with O_NOFOLLOW, refuses a run whose folders are links, and
+refuses a state folder other users may write to (they could plant such links).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from crew import env
+from crew.errors import Refused
 
 #: Files are created 0644 and folders 0755 minus the umask: never group- or world-writable.
 FILE_MODE = 0o644
@@ -41,6 +52,60 @@ def make_dirs(folder: Path, *, mode: int = DIR_MODE) -> None:
             continue
         if fsync_enabled():
             fsync_dir(path.parent)
+
+
+def open_fd(path: Path, flags: int, mode: int = FILE_MODE) -> int:
+    """`os.open` that never follows a symbolic link at `path` (Refused if it is one)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise link_refused(path) from None
+        raise
+
+
+def open_read(path: Path) -> BinaryIO:
+    """A file opened for reading, never through a symbolic link."""
+    fd = open_fd(path, os.O_RDONLY)
+    try:
+        return os.fdopen(fd, "rb")
+    except OSError as exc:  # a folder where a file should be: name the path, not the fd
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole content of a file, never read through a symbolic link."""
+    with open_read(path) as handle:
+        return handle.read()
+
+
+def refuse_link(path: Path) -> None:
+    """Refused if `path` is a symbolic link (for files opened by a library, e.g. the lock)."""
+    if path.is_symlink():
+        raise link_refused(path)
+
+
+def link_refused(path: Path) -> Refused:
+    return Refused(
+        f"{path} is a symbolic link, and crew never follows a link inside a run folder.",
+        hint="If you trust it, replace the link with a copy of what it points to; "
+        "otherwise remove it.",
+    )
+
+
+def refuse_writable_by_others(folder: Path) -> None:
+    """Refused if users other than the owner may write to `folder` (if it exists)."""
+    try:
+        mode = stat.S_IMODE(folder.lstat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & _NOT_WRITABLE_BY_OTHERS:
+        raise Refused(
+            f"{folder} can be written by other users (mode {mode:04o}), who could change a "
+            "run's files or plant links in them.",
+            hint=f"Make it yours alone: `chmod go-w {folder}`.",
+        )
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from crew import faults
 from crew.errors import StoreError
-from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled
+from crew.store.files import fsync_dir, fsync_enabled, open_fd, open_read
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -71,7 +71,7 @@ def _lines(
     """Yield `(line number, offset, raw)` for each complete line from `offset` (to `end`, when
     given), blank ones too."""
     try:
-        handle = path.open("rb")
+        handle = open_read(path)
     except FileNotFoundError:
         return
     with handle:
@@ -162,7 +162,7 @@ def read_backwards(path: Path, model: type[M], *, end: int | None = None) -> Ite
 def _reverse_lines(path: Path, end: int | None = None) -> Iterator[bytes]:
     """Complete lines of a file from the last to the first, without reading it all."""
     try:
-        handle = path.open("rb")
+        handle = open_read(path)
     except FileNotFoundError:
         return
     with handle:
@@ -261,9 +261,9 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> in
     data = b"".join(lines)
     created = False
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        fd = open_fd(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         created = True
     try:
         start = _cut_torn_tail(fd, path)
@@ -329,7 +329,7 @@ def _cut_torn_tail(fd: int, path: Path) -> int:
 def set_aside_last(path: Path, count: int) -> int:
     """Move the last `count` complete lines, and any torn tail after them, to `<file>.corrupt`
     (one piece), truncating the file where they began. Caller holds the run lock. -> bytes moved."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    fd = open_fd(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
         cut = _start_of_last_lines(fd, size, count)
@@ -365,7 +365,7 @@ def set_aside(path: Path, pieces: Sequence[bytes]) -> Path:
     """Append damaged bytes to `<file>.corrupt`, one piece per line: nothing is ever deleted."""
     target = path.with_name(path.name + CORRUPT_SUFFIX)
     data = b"".join(p if p.endswith(b"\n") else p + b"\n" for p in pieces)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    fd = open_fd(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, data)
         if fsync_enabled():
@@ -410,7 +410,7 @@ def rewrite_clean(path: Path, model: type[M]) -> Cleanup:
             kept.append(raw)
     size = _size(path)
     if size > end:
-        with path.open("rb") as handle:
+        with open_read(path) as handle:
             handle.seek(end)
             torn = handle.read()
         cleanup.torn_bytes = len(torn)

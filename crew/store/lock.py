@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from crew import env
 from crew.errors import CrewTimeout, StoreError
-from crew.store.files import FILE_MODE
+from crew.store.files import FILE_MODE, refuse_link
 
 if TYPE_CHECKING:
     import filelock
@@ -66,6 +66,7 @@ def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     import filelock
 
     wait = lock_timeout() if timeout is None else timeout
+    refuse_link(path)  # filelock would open (and truncate) what a link points to
     lock = _lock_for(path)
     try:
         lock.acquire(timeout=wait, poll_interval=POLL_INTERVAL)

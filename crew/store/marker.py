@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from crew import faults
 from crew.paths import RunPaths
 from crew.registry import Box
-from crew.store.files import FILE_MODE, make_dirs
+from crew.store.files import make_dirs, open_fd, read_bytes
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def write(paths: RunPaths, seq: int) -> None:
     fields = b" ".join(b"%020d" % n for n in (seq, *mailbox_sizes(paths)))
     data = fields + b" %08x\n" % zlib.crc32(fields)
     make_dirs(paths.runtime_dir)
-    fd = os.open(paths.applied, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    fd = open_fd(paths.applied, os.O_WRONLY | os.O_CREAT)
     try:
         os.pwrite(fd, data, 0)
     finally:
@@ -59,7 +59,7 @@ def write(paths: RunPaths, seq: int) -> None:
 def read(paths: RunPaths) -> Applied | None:
     """What the marker says (None: missing, torn, or from an older crew — check everything)."""
     try:
-        raw = paths.applied.read_bytes()
+        raw = read_bytes(paths.applied)
     except FileNotFoundError:
         return None
     fields, _, check = raw.strip().rpartition(b" ")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from crew.paths import RunPaths
 from crew.registry import Box
+from crew.store.files import open_fd, read_bytes
 
 #: How much of the end of each log a pin keeps, to tell that it was not rewritten.
 _CHECKED = 4096
@@ -49,7 +50,7 @@ def take(paths: RunPaths) -> Pin:
     snapshots: dict[Path, bytes | None] = {}
     for path in (paths.manifest, paths.tasks):
         try:
-            snapshots[path] = path.read_bytes()
+            snapshots[path] = read_bytes(path)
         except FileNotFoundError:
             snapshots[path] = None
     logs = {}
@@ -74,7 +75,7 @@ def _look(path: Path, size: int | None = None) -> _Log | None:
     """A log's size, inode and the block before `size` (its end if None); None if missing or
     shorter than `size`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_fd(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:

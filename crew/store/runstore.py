@@ -29,7 +29,7 @@ from crew.models import (
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
 from crew.store import eventlog, jsonl, marker, snapshot
-from crew.store.files import make_dirs
+from crew.store.files import make_dirs, read_bytes, refuse_link, refuse_writable_by_others
 from crew.store.lock import lock_timeout, locked
 from crew.store.pin import Pin
 from crew.store.state import (
@@ -64,6 +64,7 @@ class RunStore:
     """One run on disk."""
 
     def __init__(self, paths: RunPaths) -> None:
+        _check_folders(paths)
         self.paths = paths
         #: The last bytes read or written of each snapshot, and the model they hold: an
         #: unchanged file is not validated again (a long-lived leader reads them constantly).
@@ -119,7 +120,7 @@ class RunStore:
     def peek_epoch(self) -> int | None:
         """The manifest's leader epoch, read cheaply (None if it cannot be read)."""
         try:
-            value = json.loads(self.paths.manifest.read_bytes()).get(_EPOCH_KEY)
+            value = json.loads(read_bytes(self.paths.manifest)).get(_EPOCH_KEY)
         except (OSError, ValueError, AttributeError):
             return None
         return value if isinstance(value, int) else None
@@ -127,7 +128,7 @@ class RunStore:
     def checkpoint(self, task_id: str) -> Checkpoint | None:
         """The last state a task saved (None if it never did, or the file cannot be read)."""
         try:
-            return Checkpoint.model_validate_json(self.paths.checkpoint(task_id).read_bytes())
+            return Checkpoint.model_validate_json(read_bytes(self.paths.checkpoint(task_id)))
         except (OSError, ValueError):
             return None
 
@@ -220,7 +221,7 @@ class RunStore:
                 return Recovery(state, last_seq, history_gap=applied.seq, cut=cut)
         # No trustworthy marker, unreadable snapshots, or a mailbox file changed outside a
         # transaction: check everything against the whole log.
-        events = eventlog.read(self.paths.events, end=events_end).records
+        events = eventlog.read(self.paths.events, end=events_end, checked=True).records
         rebuilt = rebuild(events)
         if rebuilt is None:
             if run is not None and tasks is not None:
@@ -321,7 +322,7 @@ class RunStore:
         return run, tasks, broken
 
     def _load(self, path: Path, adapter: Any, pin: Pin | None = None) -> Any:
-        raw = path.read_bytes() if pin is None else pin.snapshots.get(path)
+        raw = read_bytes(path) if pin is None else pin.snapshots.get(path)
         if raw is None:
             raise FileNotFoundError(path)
         cached = self._snapshots.get(path)
@@ -406,3 +407,18 @@ def _check_version(path: Path, run: Run) -> None:
             f"this crew reads up to {STATE_VERSION}).",
             hint="Upgrade crew to work with this run.",
         )
+
+
+def _check_folders(paths: RunPaths) -> None:
+    """Refused if the run's folders are links, or other users may write to the state folder
+    (crew/store/files.py says why)."""
+    for folder in (
+        paths.root,
+        paths.mailbox_dir,
+        paths.logs_dir,
+        paths.checkpoints_dir,
+        paths.runtime_dir,
+    ):
+        refuse_link(folder)
+    for folder in (paths.home.state_dir, paths.home.runs_dir, paths.root):
+        refuse_writable_by_others(folder)

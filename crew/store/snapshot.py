@@ -11,7 +11,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from crew import clock, faults
 from crew.errors import Corrupt, StoreError
-from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, write_all
+from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, read_bytes, write_all
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -55,7 +55,7 @@ def dump_list(adapter: TypeAdapter[list[T]], items: list[T]) -> bytes:
 
 def load(path: Path, adapter: TypeAdapter[T]) -> T:
     """Read and validate a snapshot; FileNotFoundError if absent, Corrupt if unreadable."""
-    return parse(path.read_bytes(), adapter, path)
+    return parse(read_bytes(path), adapter, path)
 
 
 def parse(raw: bytes, adapter: TypeAdapter[T], path: Path) -> T:
