@@ -149,6 +149,13 @@ class MailboxMessage(StateModel):
     data: dict[str, Any] | None = None
     """Free-form details: source, contactId, idempotencyKey, contactType, rejectedAt, …"""
 
+    @property
+    def carried(self) -> int:
+        """How many times the message went back to `pending` for a task's next attempt: its
+        lines are in rounds (a line of a later round is newer, whatever its status)."""
+        count = (self.data or {}).get(MessageData.CARRIED, 0)
+        return count if isinstance(count, int) else 0
+
     def status_at(self) -> str | None:
         """When the message reached its current status."""
         if self.status is MessageStatus.REJECTED:

@@ -191,7 +191,7 @@ class MessageData(StrEnum):
     OPTIONS = "options"  # of a need_selection contact
     REPORT_TYPE = "type"  # of a report: status, progress or note
     ATTEMPT = "attempt"  # the task attempt it was delivered to
-    CARRIED_FROM = "carriedFrom"  # the message a new attempt's copy was made from
+    CARRIED = "carried"  # how many times it went back to pending for a task's next attempt
     AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits
     DECISIONS = "decisions"  # the worker's attention decisions about it
     REJECTED_AT = "rejectedAt"
@@ -281,6 +281,7 @@ class EventType(StrEnum):
     MAILBOX_REJECTED = "mailbox.rejected"
     MAILBOX_DROPPED = "mailbox.dropped"
     MAILBOX_HELD = "mailbox.held"
+    MAILBOX_CARRIED = "mailbox.carried"
     OWNERSHIP_OVERRIDDEN = "ownership.overridden"
     OWNERSHIP_TRANSFERRED = "ownership.transferred"
     ATTENTION_DECISION = "attention.decision"

@@ -31,20 +31,33 @@ def test_steers_reach_a_resumed_task_in_the_order_they_were_accepted(
         steers = store.messages(Box.STEERING)
         return len(steers) == 4 and all(m.status is not MessageStatus.PENDING for m in steers)
 
+    def delivered_all() -> bool:
+        return all(m.status is not MessageStatus.PENDING for m in store.messages(Box.STEERING))
+
     eventually(delivered)
     leader.process.kill()  # kill -9: s0…s3 were given to the attempt that dies
     leader.finish()
     for n in range(4, 9):
         verbs.steer(store, "t", f"s{n}", session=SESSION)  # pending: no leader
 
-    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
-    second = "attempt 2\n"
-    eventually(lambda: _log(store).partition(second)[2].count("got steer") == 9)
-    verbs.cancel(store, session=SESSION, grace=0.1)
-    resumed.finish()
+    got: dict[int, list[str]] = {}
+    for attempt in (2, 3, 4):  # each attempt is given them all again, then killed
+        resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+        after = f"attempt {attempt}\n"
+        eventually(lambda: _log(store).partition(after)[2].count("got steer") == 9)  # noqa: B023
+        eventually(delivered_all)
+        if attempt < 4:
+            resumed.process.kill()
+        else:
+            verbs.cancel(store, session=SESSION, grace=0.1)
+        resumed.finish()
+        log = _log(store).partition(after)[2].partition(f"attempt {attempt + 1}\n")[0]
+        got[attempt] = [line for line in log.splitlines() if "got steer" in line]
 
-    got = [line for line in _log(store).partition(second)[2].splitlines() if "got steer" in line]
-    assert got == [f"got steer s{n}" for n in range(9)]
+    assert got == {a: [f"got steer s{n}" for n in range(9)] for a in (2, 3, 4)}
+    steers = store.messages(Box.STEERING)
+    assert [m.body for m in steers] == [f"s{n}" for n in range(9)]  # carried, never copied
+    assert [m.carried for m in steers] == [3] * 4 + [2] * 5
 
 
 def test_a_refused_resume_says_nothing_else(tmp_path: Path, home: Home) -> None:

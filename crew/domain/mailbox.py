@@ -7,7 +7,8 @@ To a worker (inbound: respond and followUp in inbox.jsonl, steer and nudge in st
 
 From a worker (outbound, outbox.jsonl): contacts and reports are recorded `delivered`, since
 they have reached the leader. A new attempt of a task is given again the steers and follow-ups
-the previous attempt received, as new messages naming the original (`carriedFrom`).
+the previous attempt received: each goes back to `pending`, keeping its id (`carried` counts the
+times), so however often a task restarts, a message stays one message.
 """
 
 from __future__ import annotations
@@ -36,11 +37,8 @@ from crew.text import short
 DROPPED = "dropped: backpressure"
 SUPERSEDED = "superseded: worker restarted"
 
-#: What a new attempt is given again of what the last one received, and the event recording it.
-_CARRIED = {
-    MessageKind.STEER: EventType.AGENT_STEERED,
-    MessageKind.FOLLOW_UP: EventType.AGENT_FOLLOWED_UP,
-}
+#: What a new attempt is given again of what the last one received.
+_CARRIED = frozenset({MessageKind.STEER, MessageKind.FOLLOW_UP})
 #: Messages that belong to the attempt they were sent to: a new attempt never sees them.
 _OF_ONE_ATTEMPT = frozenset({MessageKind.RESPOND, MessageKind.NUDGE})
 
@@ -311,21 +309,18 @@ def _hold(txn: Txn, message: MailboxMessage, question: dict[str, Any]) -> None:
 
 def _carry_over(txn: Txn, message: MailboxMessage) -> None:
     data = {k: v for k, v in (message.data or {}).items() if k != MessageData.ATTEMPT}
-    data[MessageData.CARRIED_FROM] = message.id
-    copy = message.model_copy(
-        update={
-            "id": ids.new_message_id(),
-            "status": MessageStatus.PENDING,
-            "sent_at": txn.at,
-            "delivered_at": None,
-            "acknowledged_at": None,
-            "data": data,
-        }
-    )
+    data[MessageData.CARRIED] = message.carried + 1
     txn.record(
-        _CARRIED[message.kind],
-        message=f"{message.kind} {message.id} sent again to {message.task_id}'s next attempt",
-        mail=copy,
+        EventType.MAILBOX_CARRIED,
+        message=f"{message.kind} {message.id} given again to {message.task_id}'s next attempt",
+        mail=message.model_copy(
+            update={
+                "status": MessageStatus.PENDING,
+                "delivered_at": None,
+                "acknowledged_at": None,
+                "data": data,
+            }
+        ),
     )
 
 

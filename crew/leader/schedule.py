@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable
 from crew.domain import mailbox
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage, Task
-from crew.registry import Direction, MessageData, MessageKind, MessageStatus, TaskStatus
+from crew.registry import Direction, MessageKind, MessageStatus, TaskStatus
 from crew.store.state import RunState
 
 
@@ -85,8 +85,9 @@ class Pending:
 
     def __init__(self) -> None:
         self._by_task: dict[str, dict[str, MailboxMessage]] = {}
-        #: Messages seen past `pending`: a file re-read from its start never revives them.
-        self._settled: set[str] = set()
+        #: Messages seen past `pending`, and in which round (`mailbox.carried`): a file re-read
+        #: from its start never revives them; only a newer round's `pending` line does.
+        self._settled: dict[str, int] = {}
         #: The order messages were first seen in: the order they were written.
         self._order: dict[str, int] = {}
 
@@ -94,14 +95,13 @@ class Pending:
         """Take in the latest known line of a message (lines may repeat when a file is re-read)."""
         if message.direction is not Direction.INBOX:
             return
-        # A copy carried over to a new attempt keeps its original's place: the order accepted.
-        original = str((message.data or {}).get(MessageData.CARRIED_FROM))
-        self._order.setdefault(message.id, self._order.get(original, len(self._order)))
+        self._order.setdefault(message.id, len(self._order))  # a carried message keeps its place
         waiting = self._by_task.setdefault(message.task_id, {})
+        round_ = message.carried
         if message.status is not MessageStatus.PENDING:
             waiting.pop(message.id, None)
-            self._settled.add(message.id)
-        elif message.id not in self._settled:
+            self._settled[message.id] = max(round_, self._settled.get(message.id, -1))
+        elif round_ > self._settled.get(message.id, -1):
             waiting[message.id] = message
 
     def due(self, task: Task, *, answers_only_while_asking: bool = False) -> list[MailboxMessage]:

@@ -293,8 +293,7 @@ class RunStore:
             missing = [
                 m
                 for m in expected.values()
-                if m.id not in have
-                or (have[m.id] != m and _MESSAGE_RANK[m.status] >= _MESSAGE_RANK[have[m.id].status])
+                if m.id not in have or (have[m.id] != m and _progress(m) >= _progress(have[m.id]))
             ]
             if missing:
                 gaps[box] = missing
@@ -388,6 +387,11 @@ def _applied_prefix(present: list[MailboxMessage], expected: list[MailboxMessage
         if present[len(present) - count :] == expected[:count]:
             return count
     return 0
+
+
+def _progress(message: MailboxMessage) -> tuple[int, int]:
+    """How far a message's life has gone: lines of a later round (`carried`) come after."""
+    return (message.carried, _MESSAGE_RANK[message.status])
 
 
 def _message_id(message: MailboxMessage) -> str:
