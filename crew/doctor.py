@@ -15,7 +15,7 @@ from crew.models import CheckedEvent, Event, MailboxMessage
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
-from crew.store import jsonl, pin
+from crew.store import jsonl, pin, snapshot
 from crew.store.pin import Pin
 from crew.store.runstore import RunStore
 from crew.store.state import Recovery, describe_cut
@@ -50,20 +50,16 @@ def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
     """
     if repair:
         with store.lock():
-            return _check_temp_files(store.paths, store.run_id, repair=True) + _examine(
-                store, None, repair=True
-            )
+            return _check_temp_files(store, repair=True) + _examine(store, None, repair=True)
     for _ in range(PIN_ATTEMPTS):
         with store.lock():
-            temps = _check_temp_files(store.paths, store.run_id, repair=False)
+            temps = _check_temp_files(store, repair=False)
             pinned = pin.take(store.paths)
         findings = temps + _examine(store, pinned, repair=False)
         if pin.holds(pinned):
             return findings
     with store.lock():  # rewritten under every read: look once more, holding the lock
-        return _check_temp_files(store.paths, store.run_id, repair=False) + _examine(
-            store, None, repair=False
-        )
+        return _check_temp_files(store, repair=False) + _examine(store, None, repair=False)
 
 
 def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Finding]:
@@ -185,18 +181,15 @@ def _duplicate_seqs(paths: RunPaths, run_id: str, events: list[Event]) -> list[F
     ]
 
 
-def _check_temp_files(paths: RunPaths, run_id: str, *, repair: bool) -> list[Finding]:
-    """Temp files of atomic writes that a crash interrupted: never a record, safe to remove."""
+def _check_temp_files(store: RunStore, *, repair: bool) -> list[Finding]:
+    """Temp files of atomic writes whose writer was killed: never a record, safe to remove."""
     findings: list[Finding] = []
-    for folder in (paths.root, paths.runtime_dir):
-        if not folder.is_dir():
-            continue
-        for temp in sorted(folder.glob(".*.tmp")):
-            finding = Finding(run_id, "leftover temp file of an interrupted write", path=temp)
-            if repair:
-                temp.unlink(missing_ok=True)
-                finding.repaired = True
-            findings.append(finding)
+    for temp in snapshot.leftovers(*store.temp_folders()):
+        finding = Finding(store.run_id, "leftover temp file of an interrupted write", path=temp)
+        if repair:
+            temp.unlink(missing_ok=True)
+            finding.repaired = True
+        findings.append(finding)
     return findings
 
 

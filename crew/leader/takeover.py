@@ -13,6 +13,7 @@ from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
 from crew.procs import Stopped, stop_worker
 from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.store import snapshot
 from crew.store.runstore import RunStore
 
 
@@ -64,6 +65,7 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
                 data={"requeued": result.requeued},
             )
         write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
+        snapshot.remove_leftovers(*store.temp_folders())  # of the writers that are gone
     result.stopped = [
         stop_worker(pid, store.run_id, task_id, attempt=attempt)
         for task_id, pid, attempt in orphans

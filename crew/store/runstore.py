@@ -278,7 +278,14 @@ class RunStore:
         if (recovery.unapplied and not recovery.full) or recovery.broken or recovery.mismatch:
             self.write_snapshots(recovery.state, tasks=True, run=True)
         self.write_applied(recovery.last_seq)
+        removed = snapshot.remove_leftovers(*self.temp_folders())
+        if removed:
+            repairs.append(f"removed {len(removed)} temp file(s) of interrupted writes")
         return repairs
+
+    def temp_folders(self) -> tuple[Path, ...]:
+        """Where atomic writes put their temp files."""
+        return (self.paths.root, self.paths.checkpoints_dir, self.paths.runtime_dir)
 
     def mailbox_gaps(
         self, events: list[Event], pin: Pin | None = None

@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from crew import clock, faults
 from crew.errors import Corrupt, StoreError
+from crew.procs import is_alive
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, read_bytes, write_all
 
 T = TypeVar("T")
@@ -32,6 +33,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        faults.crash_at(f"temp:{path.name}")
         os.replace(temp, path)
         if durable:
             fsync_dir(path.parent)
@@ -42,6 +44,35 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         ) from None
     finally:
         temp.unlink(missing_ok=True)
+
+
+def leftovers(*folders: Path) -> list[Path]:
+    """Temp files of atomic writes whose writer is gone: killed between writing the temp file
+    and renaming it. Never a record (the write did not happen), so safe to remove. A temp file
+    names its writer's pid; one whose writer is alive is a write in progress, and is left."""
+    found: list[Path] = []
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(".") and name.endswith(".tmp")):
+                continue
+            writer = name.removesuffix(".tmp").rsplit(".", 2)[-2:-1]
+            pid = int(writer[0]) if writer and writer[0].isdigit() else None
+            if pid is None or (pid != os.getpid() and not is_alive(pid)):
+                found.append(Path(entry.path))
+    return sorted(found)
+
+
+def remove_leftovers(*folders: Path) -> list[Path]:
+    """Remove the temp files of writers that are gone (see `leftovers`); returns them."""
+    removed = leftovers(*folders)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def dump_model(model: BaseModel) -> bytes:
