@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -76,3 +79,38 @@ def test_concurrent_writers_lose_nothing_and_seq_stays_unique(
     assert set(bodies.values()) == {1}
     assert len({m.id for m in inbox.records}) == WRITERS * APPENDS
     assert store.load().clean
+
+
+def _greedy(paths: RunPaths, holding: object) -> None:
+    """A writer that takes the run lock again the moment it lets it go, for ever (as a leader
+    recording a flood of worker output does, with longer holds: a busy disk)."""
+    store = RunStore(paths)
+    while True:
+        with store.lock():
+            holding.set()  # type: ignore[attr-defined]  # a multiprocessing.Event
+            time.sleep(0.5)
+
+
+def test_a_waiting_writer_gets_its_turn_against_a_greedy_one(
+    make_run: Callable[..., RunStore],
+) -> None:
+    """A send polling for the lock used to lose (nine times in ten) to a writer re-taking it at
+    once: it had to hit the few microseconds between a release and the next take."""
+    store = make_run()
+    holding = multiprocessing.Event()
+    greedy = multiprocessing.Process(target=_greedy, args=(store.paths, holding))
+    greedy.start()
+    try:
+        holding.wait(10)
+        sent = subprocess.run(
+            [sys.executable, "-m", "crew", "follow-up", store.run_id, "plan", "my turn"],
+            capture_output=True, text=True, check=False,
+            env={**os.environ, "CREW_LOCK_TIMEOUT": "2"},
+        )  # fmt: skip
+    finally:
+        greedy.kill()
+        greedy.join()
+
+    assert sent.returncode == 0, sent.stderr
+    assert [m.body for m in store.messages(Box.INBOX)] == ["my turn"]
+    assert not store.paths.root.joinpath(".next.lock").exists()

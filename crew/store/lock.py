@@ -9,8 +9,10 @@ processes do. What this costs per transaction is measured in docs/performance.md
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from crew import env
 from crew.errors import CrewTimeout, StoreError
-from crew.store.files import FILE_MODE, refuse_link
+from crew.procs import is_alive
+from crew.store.files import FILE_MODE, open_fd, open_read, read_bytes, refuse_link
 
 if TYPE_CHECKING:
     import filelock
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 DEFAULT_LOCK_TIMEOUT = 10.0
 #: How often a busy lock is tried again: a holder keeps it for a few milliseconds only.
 POLL_INTERVAL = 0.002
+#: How long a waiter waits before it claims the next turn (see `_Hand`).
+HAND_AFTER = 0.25
 
 _locks: dict[Path, filelock.FileLock] = {}
 _locks_guard = threading.Lock()
@@ -63,22 +68,101 @@ def _lock_for(path: Path) -> filelock.FileLock:
 @contextmanager
 def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock at `path` for the block; CrewTimeout if it stays busy."""
-    import filelock
-
     wait = lock_timeout() if timeout is None else timeout
     refuse_link(path)  # filelock would open (and truncate) what a link points to
     lock = _lock_for(path)
-    try:
-        lock.acquire(timeout=wait, poll_interval=POLL_INTERVAL)
-    except filelock.Timeout:
-        raise CrewTimeout(
-            f"Timed out after {wait:g}s waiting for the lock {path}: "
-            "another crew process holds it.",
-            hint=f"Retry, or raise {env.LOCK_TIMEOUT.name} if the run is very busy.",
-        ) from None
-    except OSError as exc:
-        raise StoreError(f"Cannot lock {path}: {exc.strerror or exc}.") from None
+    _acquire(lock, path, wait)
     try:
         yield
     finally:
         lock.release()
+
+
+def _acquire(lock: filelock.FileLock, path: Path, wait: float) -> None:
+    """Take the lock, in turn: a waiter kept waiting past HAND_AFTER raises its hand, and while
+    a live waiter's hand is up, no one else takes the lock (see `_Hand`)."""
+    hand = _Hand(path)
+    if not os.path.lexists(hand.path) and _try(lock, path):  # the common case: no one waits
+        return
+    started = time.monotonic()
+    try:
+        while True:
+            if (hand.mine or not hand.other_up()) and _try(lock, path):
+                return
+            waited = time.monotonic() - started
+            if waited >= wait:
+                raise CrewTimeout(
+                    f"Timed out after {wait:g}s waiting for the lock {path}: "
+                    "another crew process holds it.",
+                    hint=f"Retry, or raise {env.LOCK_TIMEOUT.name} if the run is very busy.",
+                )
+            if waited >= HAND_AFTER:
+                hand.raise_()
+            time.sleep(POLL_INTERVAL)
+    finally:
+        hand.lower()
+
+
+def _try(lock: filelock.FileLock, path: Path) -> bool:
+    import filelock
+
+    try:
+        lock.acquire(blocking=False)
+    except filelock.Timeout:
+        return False
+    except OSError as exc:
+        raise StoreError(f"Cannot lock {path}: {exc.strerror or exc}.") from None
+    return True
+
+
+class _Hand:
+    """A waiter's claim to the next turn: the file `.next.lock` beside the lock, holding who
+    raised it. Without it, a waiter that polls every few milliseconds can lose the lock for
+    ever to writers arriving in between (16 writers in a burst kept one send waiting past
+    its 10 s timeout). One hand is up at a time; a hand whose process is gone is taken down
+    by the next waiter that sees it. It is advice, not the lock: the lock alone excludes."""
+
+    def __init__(self, lock_path: Path) -> None:
+        self.path = lock_path.with_name(".next.lock")
+        self.mine = False
+
+    @property
+    def token(self) -> bytes:
+        return f"{os.getpid()}:{threading.get_ident()}".encode()
+
+    def other_up(self) -> bool:
+        """Whether a live waiter other than this one has its hand up."""
+        try:
+            with open_read(self.path) as handle:
+                token = handle.read(64)
+        except FileNotFoundError:
+            self.mine = False
+            return False
+        if token == self.token:
+            return False
+        self.mine = False
+        pid = token.partition(b":")[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or is_alive(int(pid))):
+            return True
+        self.path.unlink(missing_ok=True)  # its waiter is gone
+        return False
+
+    def raise_(self) -> None:
+        if self.mine:
+            return
+        try:
+            fd = open_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return
+        try:
+            os.write(fd, self.token)
+        finally:
+            os.close(fd)
+        self.mine = True
+
+    def lower(self) -> None:
+        if self.mine:
+            self.mine = False
+            with contextlib.suppress(OSError):
+                if read_bytes(self.path) == self.token:
+                    self.path.unlink()
