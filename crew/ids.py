@@ -17,7 +17,8 @@ _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 # A run reference is `latest` or a prefix of a run id: digits, `-` and lowercase hex only.
 _RUN_PREFIX_RE = re.compile(r"^[0-9a-f-]{1,64}$")
-_SESSION_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+#: Session ids and idempotency keys: one line of printable text, at most this many characters.
+MAX_TEXT_ID_LENGTH = 256
 
 LATEST = "latest"
 
@@ -73,13 +74,39 @@ def check_run_ref(value: str) -> str:
     return value
 
 
-def check_session(value: str) -> str:
-    """A session id is free text, but never empty, over-long, or carrying control characters."""
-    if _SESSION_RE.match(value) is None:
+def check_session(value: str, source: str = "") -> str:
+    """A session id is free text, but one line of printable characters, never empty or over-long
+    (`source` names where it came from: --session, CREW_SESSION_ID)."""
+    return _check_text_id(value, "session id", source)
+
+
+def check_idempotency_key(value: str, source: str = "--idempotency-key") -> str:
+    """An idempotency key: one line of printable characters, never empty or over-long."""
+    return _check_text_id(value, "idempotency key", source)
+
+
+def _check_text_id(value: str, what: str, source: str) -> str:
+    where = f" ({source})" if source else ""
+    if _has_surrogates(value):
+        raise UsageError(f"Invalid {what}{where}: it is not UTF-8 text.")
+    if not (
+        0 < len(value) <= MAX_TEXT_ID_LENGTH and value.isprintable() and value == value.strip()
+    ):
         raise UsageError(
-            f"Invalid session id {_shown(value)}: expected 1-256 printable characters."
+            f"Invalid {what} {_shown(value)}{where}: expected one line of 1-{MAX_TEXT_ID_LENGTH} "
+            "printable characters, with no space at either end."
         )
     return value
+
+
+def _has_surrogates(value: str) -> bool:
+    """Whether `value` holds lone surrogates: how Python spells bytes that were not UTF-8 in an
+    argument or an environment variable (`$'\\xff'` becomes '\\udcff')."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _shown(value: str) -> str:

@@ -13,10 +13,10 @@ from crew.ids import check_session
 def current_session(explicit: str | None = None) -> str:
     """`explicit` (--session), else $CREW_SESSION_ID, else `<user>@<host>`."""
     if explicit is not None:
-        return check_session(explicit)
+        return check_session(explicit, "--session")
     from_env = env.SESSION.value()
     if from_env:
-        return check_session(from_env)
+        return check_session(from_env, env.SESSION.name)
     try:
         user = getpass.getuser()
     except (KeyError, OSError):

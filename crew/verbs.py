@@ -121,7 +121,8 @@ def _send(
 ) -> Sent:
     """The gate and the write that respond, steer, follow-up and nudge share."""
     session, force = sender["session"], sender.get("force", False)
-    idempotency_key = sender.get("idempotency_key")
+    key = sender.get("idempotency_key")
+    idempotency_key = None if key is None else ids.check_idempotency_key(key)
     with domain.change(store, epoch=sender.get("epoch")) as txn:
         task = txn.task(task_id)
         overridden = gate.check_owner(txn.run, session, force)
@@ -235,7 +236,7 @@ def cancel(
 
 def handoff(store: RunStore, new_owner: str, *, session: str, force: bool = False) -> HandedOff:
     """Transfer ownership of a run to another session (the owner, or anyone with --force)."""
-    ids.check_session(new_owner)
+    ids.check_session(new_owner, "SESSION")
     with domain.change(store) as txn:
         overridden = gate.check_owner(txn.run, session, force)
         gate.check_live(txn.run)

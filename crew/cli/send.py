@@ -204,11 +204,13 @@ def handoff(
 ) -> int:
     """Give ownership of a run to another session."""
     from crew import verbs
+    from crew.ids import check_session
     from crew.render import emit
     from crew.session import current_session
 
-    result = verbs.handoff(open_run(run, home), to, session=current_session(session), force=force)
-    return emit(result, json=json)
+    check_session(to, "SESSION")
+    who = current_session(session)
+    return emit(verbs.handoff(open_run(run, home), to, session=who, force=force), json=json)
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -230,7 +232,7 @@ class Sending:
 
     def send(self, verb: Callable[..., Sent], body: str | None, json: bool, **extra: Any) -> int:
         """Validate the command line, find the run, send, wait if asked, print the result."""
-        from crew.ids import check_task_id
+        from crew.ids import check_idempotency_key, check_task_id
         from crew.registry import MessageStatus
         from crew.render import emit
         from crew.session import current_session
@@ -238,6 +240,8 @@ class Sending:
         check_task_id(self.task)
         limit = duration(self.timeout, "--timeout")
         who = current_session(self.session)
+        if self.idempotency_key is not None:
+            check_idempotency_key(self.idempotency_key)
         store = open_run(self.run, self.home)
         text = None if body is None else _read_body(body)
         sent = verb(
