@@ -22,7 +22,14 @@ from pydantic.alias_generators import to_camel
 from crew.clock import parse_duration
 from crew.errors import UsageError
 from crew.ids import TASK_ID_PATTERN
-from crew.registry import BLOCKING_CONTACTS, AgentInput, AgentProtocol, Approvals, ContactType
+from crew.registry import (
+    BLOCKING_CONTACTS,
+    AgentInput,
+    AgentProtocol,
+    Approvals,
+    ContactType,
+    WorkerRight,
+)
 
 #: Seconds; written in crew.toml as "500ms", "30s", "2m", "1h" or a number of seconds.
 Duration = Annotated[
@@ -109,6 +116,10 @@ class AgentConfig(ConfigModel):
     approvals: Approvals = Approvals.ASK
     """Agents that ask to run tools: `ask` turns each request into a need_confirmation question,
     `allow` and `deny` answer every request that way without asking (recorded as events)."""
+    may: list[WorkerRight] = Field(default_factory=list)
+    """What its workers may do to their own run besides steering, following up and nudging its
+    tasks and cancelling their own: `respond`, `cancel` (other tasks, the run), `handoff`,
+    `force` (with --force, anything the owner may; recorded)."""
 
 
 class TaskConfig(ConfigModel):

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from crew.leader import LeadOptions
+    from crew.session import Actor
 
 TAIL_BYTES = 4096
 EVENTS_SHOWN = 6
@@ -78,7 +79,7 @@ def last_line(path: os.PathLike[str] | str) -> str:
 
 class Dashboard:
     def __init__(
-        self, store: RunStore, *, session: str, interactive: bool, watching: bool = False
+        self, store: RunStore, *, session: str | Actor, interactive: bool, watching: bool = False
     ) -> None:
         self.store = store
         self.watching = watching
@@ -279,7 +280,7 @@ class Dashboard:
         return f"Answered {task.id} ({sent.message.id})."
 
 
-def lead_with_view(store: RunStore, session: str, options: LeadOptions) -> ExitCode:
+def lead_with_view(store: RunStore, session: str | Actor, options: LeadOptions) -> ExitCode:
     """Lead in a background thread while the terminal shows the run and takes answers."""
     import threading
 

@@ -49,8 +49,9 @@ HOME = Variable(
 )
 SESSION = Variable(
     "CREW_SESSION_ID",
-    frozenset({Scope.USER}),
-    "who is acting (default `<user>@<host>`); runs are owned by the session that started them",
+    frozenset({Scope.USER, Scope.LEADER}),
+    "who is acting (default `<user>@<host>`); runs are owned by the session that started them. "
+    "A worker gets `task:<taskId>`: its own `crew` commands act as its task, not as you",
 )
 FSYNC = Variable(
     "CREW_FSYNC",
@@ -88,6 +89,12 @@ CHECKPOINT = Variable(
     "did; unset otherwise",
 )
 PROTOCOL = Variable("CREW_PROTOCOL", frozenset({Scope.LEADER}), "the worker protocol version: `1`")
+WORKER_TOKEN = Variable(
+    "CREW_WORKER_TOKEN",
+    frozenset({Scope.LEADER}),
+    "the secret that makes the worker's `crew` commands count as its task's (the run keeps only "
+    "its hash); new for every attempt",
+)
 
 VARIABLES: tuple[Variable, ...] = (
     HOME,
@@ -103,4 +110,5 @@ VARIABLES: tuple[Variable, ...] = (
     STATE_DIR,
     CHECKPOINT,
     PROTOCOL,
+    WORKER_TOKEN,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from datetime import UTC, datetime
@@ -19,6 +20,8 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX_RE = re.compile(r"^[0-9a-f-]{1,64}$")
 #: Session ids and idempotency keys: one line of printable text, at most this many characters.
 MAX_TEXT_ID_LENGTH = 256
+#: Sessions that start with this are workers' (`task:<taskId>`): only a worker acts as one.
+WORKER_SESSION_PREFIX = "task:"
 
 LATEST = "latest"
 
@@ -44,6 +47,16 @@ def new_event_id() -> str:
 
 def new_contact_id() -> str:
     return f"q_{secrets.token_hex(6)}"
+
+
+def new_worker_token() -> str:
+    """A worker's secret (CREW_WORKER_TOKEN): 256 random bits."""
+    return secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    """What a run keeps of a worker's secret: its SHA-256, in hex."""
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def is_task_id(value: str) -> bool:
@@ -83,6 +96,27 @@ def check_session(value: str, source: str = "") -> str:
 def check_idempotency_key(value: str, source: str = "--idempotency-key") -> str:
     """An idempotency key: one line of printable characters, never empty or over-long."""
     return _check_text_id(value, "idempotency key", source)
+
+
+def worker_session(task_id: str, run_id: str | None = None) -> str:
+    """The session a task's worker acts as: `task:<taskId>` in its own run, and
+    `task:<taskId>@<runId>` where another run names it (a run it owns)."""
+    return f"{WORKER_SESSION_PREFIX}{task_id}" + (f"@{run_id}" if run_id else "")
+
+
+def parse_worker_session(value: str) -> tuple[str, str | None] | None:
+    """(task id, run id or None) of a worker's session; None if `value` is not one.
+
+    Raises UsageError for a `task:` session that names no valid task (and run)."""
+    if not value.startswith(WORKER_SESSION_PREFIX):
+        return None
+    task_id, _, run_id = value.removeprefix(WORKER_SESSION_PREFIX).partition("@")
+    if not is_task_id(task_id) or (run_id and not is_run_id(run_id)):
+        raise UsageError(
+            f"Invalid worker session {_shown(value)}: expected task:<taskId>, or "
+            "task:<taskId>@<runId> for a worker of another run."
+        )
+    return task_id, run_id or None
 
 
 def _check_text_id(value: str, what: str, source: str) -> str:

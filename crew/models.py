@@ -94,6 +94,9 @@ class Task(StateModel):
     max_attempts: Annotated[int, Field(ge=1)] = 1
     pid: int | None = None
     """The worker's process id (its process group id too) while it runs."""
+    token_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    """SHA-256 of the secret the leader gave the worker of the current attempt
+    (CREW_WORKER_TOKEN): a `crew` command acts as `task:<id>` only with that secret."""
     started_at: Timestamp | None = None
     ended_at: Timestamp | None = None
     waiting_since: Timestamp | None = None

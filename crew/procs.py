@@ -106,6 +106,39 @@ def signal_group(pid: int, sig: signal.Signals) -> bool:
     return True
 
 
+def inherited_environ(names: tuple[str, ...], *, depth: int = 64) -> dict[str, str] | None:
+    """The starting environment of this process's nearest ancestor that was given every one of
+    `names` (a worker, for a command run below it), or None: no such ancestor, or no /proc.
+
+    A process can change its own environment, not the one its ancestors started with: a command
+    that dropped a worker's variables is still found below that worker.
+    """
+    pid = os.getppid()
+    for _ in range(depth):
+        if pid <= 1:
+            return None
+        try:
+            found = worker_environ(pid)
+        except PermissionError:  # not ours to read (another user's): look further up
+            found = None
+        if found is not None and all(found.get(name) for name in names):
+            return found
+        parent = _parent_of(pid)
+        if parent is None:
+            return None
+        pid = parent
+    return None
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[-1].split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def is_alive(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie awaiting its parent is not)."""
     try:

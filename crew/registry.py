@@ -215,6 +215,8 @@ class EventData(StrEnum):
     CONTACT = "contact"  # the question an answer closed
     CONTACT_ID = "contactId"  # the question a withdrawal took back
     CHECKPOINT = "checkpoint"  # a task's saved state: {taskId, attempt, savedAt, state}
+    SESSION = "session"  # who acted: every event a command causes carries it
+    DEFAULT_SESSION = "defaultSession"  # who the caller is, when --session named someone else
 
 
 class DecisionAction(StrEnum):
@@ -323,3 +325,13 @@ class Approvals(StrEnum):
     ASK = "ask"  # each request becomes a need_confirmation question
     ALLOW = "allow"
     DENY = "deny"
+
+
+class WorkerRight(StrEnum):
+    """What a worker may do to its own run beyond steering, following up and nudging its tasks
+    and cancelling its own (crew.toml: `may = [...]` of its agent)."""
+
+    RESPOND = "respond"  # answer questions (a lead agent answering its workers)
+    CANCEL = "cancel"  # cancel other tasks, or the whole run
+    HANDOFF = "handoff"  # give the run to another session
+    FORCE = "force"  # with --force, do anything the owner may (recorded as ownership.overridden)

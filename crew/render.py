@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from crew import clock
 from crew.errors import CrewError
 from crew.registry import (
+    LEADER,
     DecisionAction,
     Direction,
     EventType,
@@ -297,9 +298,10 @@ def _timeline(result: Timeline) -> None:
             current = message.task_id
             out.print(f"\n[bold]{current}[/]")
         arrow = "→" if message.direction is Direction.INBOX else "←"
+        sender = f" from {message.from_}" if arrow == "→" and message.from_ != LEADER else ""
         out.print(
             f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
-            f"{_esc(short(message.body, 70))!r}"
+            f"{_esc(short(message.body, 70))!r}{sender}"
         )
         steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
         line = " → ".join(steps)

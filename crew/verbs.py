@@ -20,6 +20,7 @@ from crew.errors import Refused, UsageError
 from crew.models import MailboxMessage, Run, Task
 from crew.procs import DEFAULT_GRACE, stop_worker
 from crew.registry import (
+    LEADER,
     LIVE_TASK_STATUSES,
     ContactType,
     MessageData,
@@ -27,6 +28,7 @@ from crew.registry import (
     RunStatus,
 )
 from crew.results.sending import Cancelled, HandedOff, Sent
+from crew.session import Actor, as_actor
 from crew.store.runstore import RunStore
 from crew.store.txn import Txn
 from crew.text import short
@@ -42,7 +44,8 @@ Record = Callable[[Txn, MailboxMessage], None]
 class Sender(TypedDict, total=False):
     """Who sends, and how: what every sending verb takes besides the task and the body."""
 
-    session: Required[str]
+    #: Who acts: a session id, or an Actor (crew.session: a worker's carries its credentials).
+    session: Required[str | Actor]
     #: Act on a run another session owns (recorded as ownership.overridden).
     force: bool
     #: Send at most once per key in the run: a retry returns the first message.
@@ -120,24 +123,17 @@ def _send(
     record: Record | None = None,
 ) -> Sent:
     """The gate and the write that respond, steer, follow-up and nudge share."""
-    session, force = sender["session"], sender.get("force", False)
-    key = sender.get("idempotency_key")
-    idempotency_key = None if key is None else ids.check_idempotency_key(key)
+    actor, force = as_actor(sender["session"]), sender.get("force", False)
+    idempotency_key = sender.get("idempotency_key")
+    if idempotency_key is not None:
+        ids.check_idempotency_key(idempotency_key)
     with domain.change(store, epoch=sender.get("epoch")) as txn:
         task = txn.task(task_id)
-        overridden = gate.check_owner(txn.run, session, force)
-        if idempotency_key is not None:
-            prior = gate.replay(txn, idempotency_key, verb, task_id, body)
-            if prior is not None:
-                waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
-                return Sent(
-                    txn.run.run_id,
-                    verb.noun,
-                    prior,
-                    replayed=True,
-                    pending=waiting,
-                    leader=_leader(store, txn.run),
-                )
+        overridden = gate.admit(txn, actor, verb.name, task_id=task_id, force=force)
+        session = actor.name_in(txn.run.run_id)
+        replayed = _replayed(txn, idempotency_key, verb, task_id, body)
+        if replayed is not None:
+            return replayed
         gate.check_live(txn.run)
         gate.check_status(task, verb)
         limits = txn.run.config.limits
@@ -150,11 +146,13 @@ def _send(
         dropped = gate.make_room(txn, task_id, verb.kind)
         if overridden is not None:
             gate.record_override(txn, overridden, session, verb.name, task_id=task_id)
-        message = mailbox.compose(txn, verb.kind, task_id, body, kept)
+        sender_party = actor.party_in(txn.run.run_id)
+        message = mailbox.compose(txn, verb.kind, task_id, body, kept, sender=sender_party)
         if record is not None:
             record(txn, message)
         else:
-            mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}: {short(body)}")
+            by = f" by {session}" if message.from_ != LEADER else ""
+            mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}{by}: {short(body)}")
         waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
         run = txn.run
     return Sent(
@@ -168,6 +166,16 @@ def _send(
         overridden=overridden,
         leader=_leader(store, run),
     )
+
+
+def _replayed(txn: Txn, key: str | None, verb: Verb, task_id: str, body: str) -> Sent | None:
+    """What an earlier request with this idempotency key sent, if it was this same request."""
+    prior = gate.replay(txn, key, verb, task_id, body) if key is not None else None
+    if prior is None:
+        return None
+    waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
+    leader = _leader(txn.store, txn.run)
+    return Sent(txn.run.run_id, verb.noun, prior, replayed=True, pending=waiting, leader=leader)
 
 
 def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
@@ -195,15 +203,17 @@ def cancel(
     store: RunStore,
     task_id: str | None = None,
     *,
-    session: str,
+    session: str | Actor,
     force: bool = False,
     grace: float = DEFAULT_GRACE,
 ) -> Cancelled:
     """Cancel one task or the whole run, reject what was pending for it, stop its workers."""
     targets: list[tuple[str, int]] = []
+    actor = as_actor(session)
     with domain.change(store) as txn:
         task = txn.task(task_id) if task_id is not None else None
-        overridden = gate.check_owner(txn.run, session, force)
+        overridden = gate.admit(txn, actor, "cancel", task_id=task_id, force=force)
+        session = actor.name_in(txn.run.run_id)
         result = Cancelled(txn.run.run_id, task_id, run_status=txn.run.status)
         if txn.run.status.terminal:
             result.already = f"run {txn.run.run_id} already ended ({txn.run.status})"
@@ -234,11 +244,22 @@ def cancel(
     return result
 
 
-def handoff(store: RunStore, new_owner: str, *, session: str, force: bool = False) -> HandedOff:
-    """Transfer ownership of a run to another session (the owner, or anyone with --force)."""
+def handoff(
+    store: RunStore, new_owner: str, *, session: str | Actor, force: bool = False
+) -> HandedOff:
+    """Transfer ownership of a run to another session (the owner, or anyone with --force).
+
+    A worker's session names one of the run's tasks (`task:<taskId>`) or a task of another run
+    (`task:<taskId>@<runId>`): that worker then owns the run.
+    """
     ids.check_session(new_owner, "SESSION")
+    worker = ids.parse_worker_session(new_owner)
+    actor = as_actor(session)
     with domain.change(store) as txn:
-        overridden = gate.check_owner(txn.run, session, force)
+        if worker is not None and worker[1] in {None, txn.run.run_id}:
+            new_owner = ids.worker_session(txn.task(worker[0]).id)  # NotFound: no such task
+        overridden = gate.admit(txn, actor, "handoff", force=force)
+        session = actor.name_in(txn.run.run_id)
         gate.check_live(txn.run)
         previous = txn.run.owner_session_id
         if previous == new_owner:

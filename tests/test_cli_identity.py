@@ -1,4 +1,5 @@
-"""Who acts, from a shell: session ids and idempotency keys are checked."""
+"""Who acts, from a shell: session ids are checked and recorded, `task:` sessions belong to
+workers, and a real worker's own `crew` commands act as its task, not as the run's owner."""
 
 from __future__ import annotations
 
@@ -6,14 +7,26 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult, snapshot_files
+from leaders import WORKER, Leader, store_of, toml_value
 
+from crew import ids
+from crew.domain import change, tasks
+from crew.models import Event
+from crew.paths import Home
+from crew.registry import Box, EventType
+from crew.store import jsonl
 from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
 MakeRun = Callable[..., RunStore]
+
+
+def _events(store: RunStore) -> list[Event]:
+    return jsonl.read(store.paths.events, Event).records
 
 
 def _crew_bytes(*args: bytes, env: dict[bytes, bytes] | None = None) -> tuple[int, str]:
@@ -108,3 +121,198 @@ def test_an_idempotency_key_is_one_line_of_printable_text(
         "of 1-256 printable characters, with no space at either end.\n"
     )
     assert snapshot_files(store.paths.root) == before
+
+
+# ----------------------------------------------------------------------------- who acted
+
+
+def test_a_session_other_than_the_callers_own_is_recorded_with_what_it_did(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    monkeypatch.setenv("CREW_SESSION_ID", "ana@laptop")
+
+    result = cli("follow-up", "latest", "plan", "more", "--session", SESSION)
+
+    assert result.code == 0
+    sent = [e for e in _events(store) if e.type is EventType.AGENT_FOLLOWED_UP]
+    assert sent[0].data is not None
+    assert (sent[0].data["session"], sent[0].data["defaultSession"]) == (SESSION, "ana@laptop")
+
+
+def test_every_mutating_command_records_who_acted(cli: Cli, make_run: MakeRun) -> None:
+    store = make_run()
+
+    assert cli("nudge", "latest", "plan").code == 4  # queued: refused, nothing recorded
+    assert cli("follow-up", "latest", "plan", "more").code == 0
+    assert cli("cancel", "latest", "build").code == 0
+    assert cli("handoff", "latest", "ana@laptop").code == 0
+
+    acted = [e for e in _events(store) if e.seq > 3]  # after the run and its tasks were made
+    assert [e.type for e in acted] == [
+        EventType.AGENT_FOLLOWED_UP,
+        EventType.TASK_CANCELLED,
+        EventType.OWNERSHIP_TRANSFERRED,
+    ]
+    assert all(e.data is not None and e.data["session"] == SESSION for e in acted)
+
+
+# ----------------------------------------------------------------------------- task: sessions
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_task_session_is_refused_outside_that_tasks_worker(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    store = make_run()
+    before = snapshot_files(store.paths.root)
+    args = ["follow-up", "latest", "plan", "x", "--force"]
+    if how == "option":
+        args += ["--session", "task:plan"]
+    else:
+        monkeypatch.setenv("CREW_SESSION_ID", "task:plan")
+
+    result = cli(*args)
+
+    source = "--session" if how == "option" else "CREW_SESSION_ID"
+    assert result.code == 4
+    assert result.err == (
+        f"crew: error: Session 'task:plan' ({source}) is reserved: only the worker crew started "
+        "for task plan acts as it.\n"
+    )
+    assert snapshot_files(store.paths.root) == before
+
+
+def test_a_made_up_worker_token_is_refused(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=1, token_hash=ids.token_hash("the real one"))
+    before = snapshot_files(store.paths.root)
+    monkeypatch.setenv("CREW_SESSION_ID", "task:plan")
+    monkeypatch.setenv("CREW_RUN_ID", store.run_id)
+    monkeypatch.setenv("CREW_TASK_ID", "plan")
+    monkeypatch.setenv("CREW_WORKER_TOKEN", "a guess")
+
+    result = cli("steer", "latest", "plan", "x", "--force")
+
+    assert result.code == 4
+    assert result.err == (
+        "crew: error: This command's worker credentials (CREW_WORKER_TOKEN) are not those of "
+        f"the current worker of task plan of run {store.run_id}.\n"
+    )
+    assert snapshot_files(store.paths.root) == before
+
+
+def test_a_worker_cannot_name_another_session(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=1, token_hash=ids.token_hash("secret"))
+    monkeypatch.setenv("CREW_RUN_ID", store.run_id)
+    monkeypatch.setenv("CREW_TASK_ID", "plan")
+    monkeypatch.setenv("CREW_WORKER_TOKEN", "secret")
+
+    result = cli("handoff", "latest", "mallory", "--session", SESSION)
+
+    assert result.code == 4
+    assert result.err == (
+        f"crew: error: This command runs in the worker of task plan (run {store.run_id}), which "
+        f"acts as 'task:plan': --session cannot make it '{SESSION}'.\n"
+    )
+    assert store.state().run.owner_session_id == SESSION
+
+
+# ----------------------------------------------------------------------------- a real worker
+
+#: The commands a worker's agent might run in its shell, each followed by its exit code.
+_ACTOR = """
+PY="$1"
+crew() { "$PY" -m crew "$@"; }
+crew wait "$CREW_RUN_ID" --for started --task peer >/dev/null || exit 9
+crew steer "$CREW_RUN_ID" peer "from the actor"; echo "steer: $?"
+crew handoff "$CREW_RUN_ID" mallory; echo "handoff: $?"
+crew cancel "$CREW_RUN_ID"; echo "cancel: $?"
+crew cancel "$CREW_RUN_ID" peer; echo "cancel peer: $?"
+crew handoff "$CREW_RUN_ID" mallory --session OWNER; echo "handoff --session: $?"
+CREW_SESSION_ID=OWNER crew handoff "$CREW_RUN_ID" mallory; echo "handoff CREW_SESSION_ID: $?"
+env -u CREW_WORKER_TOKEN -u CREW_SESSION_ID "$PY" -m crew handoff "$CREW_RUN_ID" mallory
+echo "handoff, variables dropped: $?"
+"""
+
+
+def _actor_crew(folder: Path) -> Path:
+    path = folder / "crew.toml"
+    script = _ACTOR.replace("OWNER", SESSION)
+    path.write_text(
+        f"""[agents.shell]
+command = {toml_value(["sh", "-c", script, "sh", "{python}"])}
+
+[agents.scripted]
+command = {toml_value([sys.executable, str(WORKER), "{prompt}"])}
+
+[[tasks]]
+id = "actor"
+agent = "shell"
+prompt = "act"
+
+[[tasks]]
+id = "peer"
+agent = "scripted"
+prompt = "await:steer ; say:steered"
+"""
+    )
+    return path
+
+
+def test_a_worker_acts_as_its_task_it_steers_a_peer_and_cannot_take_the_run(
+    tmp_path: Path, home: Home
+) -> None:
+    leader = Leader("run", str(_actor_crew(tmp_path)), cwd=tmp_path)
+    assert leader.finish(timeout=120) == 0, leader.err
+    store = store_of(home, leader.run_id)
+
+    log = store.paths.log("actor").read_text()
+    run = store.run_id
+    hand_over = (
+        f"crew: error: Task actor is a worker of run {run}, and a worker may hand the run over "
+        'only where crew.toml allows it: add "handoff" to `may` in [agents.shell].\n'
+    )
+    not_you = (
+        f"crew: error: This command runs in the worker of task actor (run {run}), which acts as "
+        f"'task:actor': {{}} cannot make it '{SESSION}'.\n"
+    )
+    assert log == (
+        f"Sent steer {_steer_id(store)} to peer in run {run}.\n"
+        "steer: 0\n" + hand_over + "handoff: 4\n"
+        f"crew: error: Task actor is a worker of run {run}, and a worker may cancel the whole "
+        'run only where crew.toml allows it: add "cancel" to `may` in [agents.shell].\n'
+        "cancel: 4\n"
+        f"crew: error: Task actor is a worker of run {run}, and a worker may cancel another task "
+        'only where crew.toml allows it: add "cancel" to `may` in [agents.shell].\n'
+        "cancel peer: 4\n"
+        + not_you.format("--session")
+        + "handoff --session: 4\n"
+        + not_you.format("CREW_SESSION_ID")
+        + "handoff CREW_SESSION_ID: 4\n"
+        + hand_over
+        + "handoff, variables dropped: 4\n"
+    )
+    state = store.state()
+    assert state.run.owner_session_id == SESSION
+    assert {t.id: t.status.value for t in state.task_list()} == {
+        "actor": "completed",
+        "peer": "completed",
+    }
+    steer = next(iter(store.fold(Box.STEERING).values()))
+    assert (steer.from_, steer.data and steer.data["session"]) == ("actor", "task:actor")
+    steered = [e for e in _events(store) if e.type is EventType.AGENT_STEERED]
+    assert steered[0].data is not None and steered[0].data["session"] == "task:actor"
+    assert "got steer from the actor" in store.paths.log("peer").read_text()
+    assert not [e for e in _events(store) if e.type is EventType.OWNERSHIP_TRANSFERRED]
+
+
+def _steer_id(store: RunStore) -> str:
+    return next(iter(store.fold(Box.STEERING)))

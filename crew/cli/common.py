@@ -13,6 +13,7 @@ from crew.errors import CrewError, ExitCode
 
 if TYPE_CHECKING:
     from crew.paths import Home
+    from crew.session import Actor
     from crew.store.runstore import RunStore
 
 HomeOption = Annotated[
@@ -59,6 +60,22 @@ def open_run(run: str, home: Path | None) -> RunStore:
     from crew.store.runstore import RunStore
 
     return RunStore.open(home_from(home), run)
+
+
+def actor_for(session: str | None, home: Home) -> Actor:
+    """Who runs this command, acting on a run of `home`: a worker acts as its task whatever
+    --session says (crew.session)."""
+    from crew.session import current_actor
+
+    return current_actor(session, home=home.root)
+
+
+def check_session_option(session: str | None) -> None:
+    """--session is one line of printable text (exit 2), checked before any run is looked up."""
+    if session is not None:
+        from crew.ids import check_session
+
+        check_session(session, "--session")
 
 
 def duration(text: str | None, option: str) -> float | None:

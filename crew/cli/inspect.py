@@ -12,6 +12,8 @@ from crew.cli.common import (
     JsonOption,
     RunArgument,
     SessionOption,
+    actor_for,
+    check_session_option,
     home_from,
     open_run,
 )
@@ -113,15 +115,14 @@ def watch(
     as its files change; Enter answers a waiting task, q leaves."""
     from crew.dashboard import Dashboard
     from crew.errors import UsageError
-    from crew.session import current_session
 
     if not sys.stdout.isatty():
         raise UsageError(
             "crew watch needs a terminal.",
             hint="For a stream, use `crew events RUN --follow` (add --json for JSON lines).",
         )
+    check_session_option(session)
     store = open_run(run, home)
-    dashboard = Dashboard(
-        store, session=current_session(session), interactive=not no_input, watching=True
-    )
+    who = actor_for(session, store.paths.home)
+    dashboard = Dashboard(store, session=who, interactive=not no_input, watching=True)
     dashboard.run(done=lambda view: view.state.run.status.terminal, quit_key=True)

@@ -14,12 +14,15 @@ from crew.cli.common import (
     JsonOption,
     RunArgument,
     SessionOption,
+    actor_for,
+    check_session_option,
     duration,
     open_run,
 )
 
 if TYPE_CHECKING:
     from crew.leader import LeadOptions
+    from crew.session import Actor
     from crew.store.runstore import RunStore
 
 DetachOption = Annotated[
@@ -68,11 +71,11 @@ def run(
     """Start a run of a crew and lead it (exit 0 when every task completed, 1 otherwise)."""
     from crew.leader import LeadOptions, start_run
     from crew.paths import home_for_run
-    from crew.session import current_session
 
     run_timeout = duration(timeout, "--timeout")
-    who = current_session(session)
+    check_session_option(session)
     crew_home = home_for_run(crew_toml, explicit=home)
+    who = actor_for(session, crew_home)
     config_path = crew_toml if crew_toml is not None else crew_home.config_file
     store = start_run(crew_home, config_path, session=who)
     options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
@@ -90,17 +93,17 @@ def resume(
 ) -> int:
     """Lead an interrupted run again: unfinished tasks restart as new attempts."""
     from crew.leader import LeadOptions
-    from crew.session import current_session
 
-    who = current_session(session)
+    check_session_option(session)
     store = open_run(run, home)
+    who = actor_for(session, store.paths.home)
     options = LeadOptions(resume=True, force=force)
     return _lead(store, who, options, detach=detach, json=json, interactive=not (no_input or json))
 
 
 def _lead(
     store: RunStore,
-    session: str,
+    session: Actor,
     options: LeadOptions,
     *,
     detach: bool,

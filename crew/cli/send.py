@@ -16,6 +16,8 @@ from crew.cli.common import (
     JsonOption,
     RunArgument,
     SessionOption,
+    actor_for,
+    check_session_option,
     duration,
     open_run,
 )
@@ -182,13 +184,14 @@ def cancel(
     from crew import verbs
     from crew.ids import check_task_id
     from crew.render import emit
-    from crew.session import current_session
 
     if task is not None:
         check_task_id(task)
     seconds = duration(grace, "--grace") or 0.0
-    who = current_session(session)
-    result = verbs.cancel(open_run(run, home), task, session=who, force=force, grace=seconds)
+    check_session_option(session)
+    store = open_run(run, home)
+    who = actor_for(session, store.paths.home)
+    result = verbs.cancel(store, task, session=who, force=force, grace=seconds)
     return emit(result, json=json)
 
 
@@ -206,11 +209,12 @@ def handoff(
     from crew import verbs
     from crew.ids import check_session
     from crew.render import emit
-    from crew.session import current_session
 
     check_session(to, "SESSION")
-    who = current_session(session)
-    return emit(verbs.handoff(open_run(run, home), to, session=who, force=force), json=json)
+    check_session_option(session)
+    store = open_run(run, home)
+    who = actor_for(session, store.paths.home)
+    return emit(verbs.handoff(store, to, session=who, force=force), json=json)
 
 
 # ----------------------------------------------------------------------------- shared steps
@@ -235,14 +239,14 @@ class Sending:
         from crew.ids import check_idempotency_key, check_task_id
         from crew.registry import MessageStatus
         from crew.render import emit
-        from crew.session import current_session
 
         check_task_id(self.task)
         limit = duration(self.timeout, "--timeout")
-        who = current_session(self.session)
+        check_session_option(self.session)
         if self.idempotency_key is not None:
             check_idempotency_key(self.idempotency_key)
         store = open_run(self.run, self.home)
+        who = actor_for(self.session, store.paths.home)
         text = None if body is None else _read_body(body)
         sent = verb(
             store,

@@ -2,7 +2,8 @@
 is written. Checked in this order (SPEC §5):
 
 1. the run exists (exit 5), and the task (exit 5);
-2. the caller owns the run, or forces it, which is recorded (exit 4);
+2. the caller may act on the run (exit 4): a person owns it, or forces it, which is recorded; a
+   worker acts on its own run as its task, within what its agent's `may` allows (below);
 3. an idempotency key already used for the same request replays its first result (exit 0);
 4. the run has not ended (exit 4);
 5. the verb's own precondition: the task's status (exit 4);
@@ -10,16 +11,27 @@ is written. Checked in this order (SPEC §5):
 7. backpressure: beyond the limit, the oldest pending message of the same class is dropped.
 
 A refused request writes nothing.
+
+Workers (a command whose environment holds the credentials the leader gave a worker) act as
+`task:<taskId>`, once their secret matches the hash the task records and the task is live. On
+their own run, any worker may steer, follow up and nudge any task and cancel its own; answering
+questions, cancelling other tasks or the run, handing the run over and --force need its agent's
+`may`. A worker may act on another run only if that run is owned by it (`task:<taskId>@<runId>`).
 """
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 
 from crew.domain import mailbox
-from crew.errors import Refused, UsageError
+from crew.errors import NotFound, Refused, UsageError
+from crew.ids import token_hash
 from crew.models import MailboxMessage, Run, Task
-from crew.registry import LIVE_TASK_STATUSES, EventType, MessageKind, TaskStatus
+from crew.paths import Home
+from crew.registry import LIVE_TASK_STATUSES, EventType, MessageKind, TaskStatus, WorkerRight
+from crew.session import Actor, WorkerCredentials
+from crew.store.runstore import RunStore
 from crew.store.txn import Txn
 
 
@@ -73,6 +85,96 @@ _CLASSES = (
     frozenset({MessageKind.STEER, MessageKind.NUDGE}),
     frozenset({MessageKind.FOLLOW_UP}),
 )
+
+
+#: What a worker needs to do something to its own run beyond steering, following up and
+#: nudging (None: any worker may), and that act in words: verb -> (right, act).
+_WORKER_NEEDS: dict[str, tuple[WorkerRight, str]] = {
+    "respond": (WorkerRight.RESPOND, "answer questions"),
+    "cancel": (WorkerRight.CANCEL, "cancel another task"),
+    "cancel run": (WorkerRight.CANCEL, "cancel the whole run"),
+    "handoff": (WorkerRight.HANDOFF, "hand the run over"),
+    "resume": (WorkerRight.FORCE, "lead the run"),
+}
+
+
+def admit(
+    txn: Txn, actor: Actor, verb: str, *, task_id: str | None = None, force: bool = False
+) -> str | None:
+    """Let `actor` do `verb` (to `task_id`, or to the whole run) or refuse it (exit 4), and mark
+    the transaction's events with who acted. Returns the owner a --force overrides, if any (the
+    caller records it with `record_override` once every other check has passed)."""
+    overridden = _judge(txn, actor, verb, task_id, force)
+    txn.caused_by(actor.stamp(txn.run.run_id))
+    return overridden
+
+
+def _judge(txn: Txn, actor: Actor, verb: str, task_id: str | None, force: bool) -> str | None:
+    run, worker = txn.run, actor.worker
+    if worker is None:
+        return check_owner(run, actor.session, force)
+    if worker.run_id != run.run_id:
+        if run.owner_session_id != worker.qualified:
+            raise Refused(
+                f"Task {worker.task_id} is a worker of run {worker.run_id}, not of run "
+                f"{run.run_id}: it may act there only if that run's owner hands it over with "
+                f"`crew handoff {run.run_id} {worker.qualified}`."
+            )
+        check_worker(worker, txn.store.paths.home)
+        return None
+    task = _verified(txn.state.tasks.get(worker.task_id), worker)
+    if run.owner_session_id in worker.names:
+        return None  # the run was handed to this worker: it is the owner
+    if verb == "cancel" and task_id is None:
+        verb = "cancel run"
+    needs = None if verb == "cancel" and task_id == worker.task_id else _WORKER_NEEDS.get(verb)
+    if needs is None:
+        return None
+    right, act = needs
+    may = run.config.agents[task.agent].may
+    if right is not WorkerRight.FORCE and right in may:
+        return None
+    if force and WorkerRight.FORCE in may:
+        return run.owner_session_id
+    only = "only with --force where" if right is WorkerRight.FORCE else "only where"
+    raise Refused(
+        f"Task {task.id} is a worker of run {run.run_id}, and a worker may {act} {only} "
+        f'crew.toml allows it: add "{right}" to `may` in [agents.{task.agent}].',
+        hint="Its agent may use --force: pass it to act anyway (recorded)."
+        if WorkerRight.FORCE in may and not force
+        else None,
+    )
+
+
+def check_worker(worker: WorkerCredentials, home: Home) -> None:
+    """Refuse credentials that are not those of a live worker of their run (read from
+    `worker.home`, else `home`): a stale, copied or made-up CREW_WORKER_TOKEN."""
+    own_home = Home(worker.home) if worker.home is not None else home
+    try:
+        task = RunStore(own_home.run(worker.run_id)).state().tasks.get(worker.task_id)
+    except NotFound:
+        task = None
+    _verified(task, worker)
+
+
+def _verified(task: Task | None, worker: WorkerCredentials) -> Task:
+    """The worker's task, once its secret matches the task's record and the task is live."""
+    expected = task.token_hash if task is not None else None
+    if (
+        task is None
+        or expected is None
+        or not hmac.compare_digest(expected, token_hash(worker.token))
+    ):
+        raise Refused(
+            f"This command's worker credentials (CREW_WORKER_TOKEN) are not those of the current "
+            f"worker of task {worker.task_id} of run {worker.run_id}."
+        )
+    if task.status not in LIVE_TASK_STATUSES:
+        raise Refused(
+            f"Task {task.id} of run {worker.run_id} is {task.status}: its worker may no longer "
+            "act on runs."
+        )
+    return task
 
 
 def check_owner(run: Run, session: str, force: bool) -> str | None:

@@ -91,10 +91,18 @@ def rejected_in(txn: Txn) -> list[MailboxMessage]:
 
 
 def compose(
-    txn: Txn, kind: MessageKind, task_id: str, body: str, data: dict[str, Any]
+    txn: Txn,
+    kind: MessageKind,
+    task_id: str,
+    body: str,
+    data: dict[str, Any],
+    *,
+    sender: str = LEADER,
 ) -> MailboxMessage:
-    """A new message to a task, pending until the leader delivers it (not yet recorded)."""
-    return _new(txn, kind, task_id, body, data, MessageStatus.PENDING, kind.default_priority)
+    """A new message to a task, pending until the leader delivers it (not yet recorded);
+    `sender` is its `from`: a task, when that task's worker sent it."""
+    message = _new(txn, kind, task_id, body, data, MessageStatus.PENDING, kind.default_priority)
+    return message if sender == LEADER else message.model_copy(update={"from_": sender})
 
 
 def post(

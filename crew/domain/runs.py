@@ -19,14 +19,18 @@ from crew.ids import new_event_id
 from crew.models import Event, LeaderInfo, Run
 from crew.paths import Home
 from crew.registry import EventData, EventType, RunStatus, TaskStatus
+from crew.session import Actor, as_actor
 from crew.store.create import create_run_files
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
 
 
-def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str) -> RunStore:
-    """Create a run from a validated config, owned by `session`, its tasks queued."""
+def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str | Actor) -> RunStore:
+    """Create a run from a validated config, owned by `session`, its tasks queued (a worker's
+    run is owned by `task:<taskId>@<its runId>`)."""
+    actor = as_actor(session)
+    session = actor.owner_name
 
     def build(run_id: str) -> tuple[RunState, list[Event]]:
         at = clock.now()
@@ -42,7 +46,8 @@ def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str) 
         )
         tasks = [new_task(config, t) for t in config.tasks]
         created = f"run of crew {run.crew} created by {session}"
-        events = [_event(run, 1, EventType.RUN_CREATED, created, {EventData.RUN: run.to_dict()})]
+        data: dict[str, object] = {**actor.stamp(run_id), EventData.RUN: run.to_dict()}
+        events = [_event(run, 1, EventType.RUN_CREATED, created, data)]
         for task in tasks:
             events.append(
                 _event(

@@ -53,8 +53,8 @@ def new_task(config: CrewConfig, task: TaskConfig) -> Task:
 # ----------------------------------------------------------------------------- the worker's life
 
 
-def start(txn: Txn, task_id: str, *, attempt: int, pid: int) -> Task:
-    """The worker of a new attempt started."""
+def start(txn: Txn, task_id: str, *, attempt: int, pid: int, token_hash: str | None = None) -> Task:
+    """The worker of a new attempt started, holding the secret whose hash is `token_hash`."""
     return transition(
         txn,
         task_id,
@@ -62,6 +62,7 @@ def start(txn: Txn, task_id: str, *, attempt: int, pid: int) -> Task:
         message=f"task {task_id} started (attempt {attempt}, pid {pid})",
         attempt=attempt,
         pid=pid,
+        token_hash=token_hash,
         started_at=txn.at,
         ended_at=None,
         exit_code=None,

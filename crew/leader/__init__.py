@@ -19,6 +19,7 @@ from crew.domain.runs import create_run
 from crew.errors import CrewError, ExitCode, StoreError, error_for
 from crew.paths import Home
 from crew.results.leading import Led
+from crew.session import Actor, as_actor
 from crew.store.files import open_fd
 from crew.store.runstore import RunStore
 from crew.text import counts
@@ -28,10 +29,16 @@ if TYPE_CHECKING:
     from crew.leader.view import OnEvents
 
 
-def start_run(home: Home, config_path: Path, *, session: str) -> RunStore:
-    """Validate crew.toml and create a run from it (nothing is created if it is invalid)."""
+def start_run(home: Home, config_path: Path, *, session: str | Actor) -> RunStore:
+    """Validate crew.toml and create a run from it (nothing is created if it is invalid), owned
+    by `session` (a worker's run is owned by `task:<taskId>@<its runId>`)."""
+    actor = as_actor(session)
+    if actor.worker is not None:
+        from crew.domain.gate import check_worker
+
+        check_worker(actor.worker, home)
     config = load_config(config_path)
-    return create_run(home, config, crew_dir=config_path.parent.resolve(), session=session)
+    return create_run(home, config, crew_dir=config_path.parent.resolve(), session=actor)
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class LeadOptions:
 def lead(
     store: RunStore,
     *,
-    session: str,
+    session: str | Actor,
     options: LeadOptions = LeadOptions(),
     on_events: OnEvents | None = None,
     on_ready: Callable[[], None] | None = None,
@@ -70,7 +77,7 @@ def lead(
 def become_leader(
     store: RunStore,
     *,
-    session: str,
+    session: str | Actor,
     options: LeadOptions = LeadOptions(),
     on_events: OnEvents | None = None,
 ) -> Leader:
@@ -115,7 +122,7 @@ def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def detach(store: RunStore, *, session: str, options: LeadOptions = LeadOptions()) -> int:
+def detach(store: RunStore, *, session: str | Actor, options: LeadOptions = LeadOptions()) -> int:
     """Lead the run from a background process; returns its pid once it holds the lease.
 
     The leader's own output goes to `.runtime/leader.log` (a crash with its traceback). An error

@@ -19,7 +19,7 @@ import traceback
 
 from crew import clock, faults, verbs
 from crew.adapters import adapter_for
-from crew.adapters.base import Reaction
+from crew.adapters.base import Adapter, Reaction
 from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import beat, release, stop, write_lease
 from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader, StoreError
@@ -38,6 +38,7 @@ from crew.registry import (
 from crew.store.files import open_fd
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
+from crew.store.txn import Txn
 from crew.text import short
 
 HEARTBEAT = 1.0
@@ -187,25 +188,39 @@ class Leader:
         attempt = task.attempt + 1
         adapter = adapter_for(agent)
         launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
+        worker: WorkerProcess | None = None
+        try:
+            # Started under the run lock: the worker's own first `crew` command waits for the
+            # lock, so it finds its task running, with its secret's hash recorded.
+            with self.view.change() as txn:
+                worker = self._spawn(txn, launch, adapter, task.id, attempt)
+        except BaseException:
+            if worker is not None:
+                _discard(worker)
+            raise
+        if worker is None:
+            return
+        self.workers.add(worker)
+        self._heard(worker, adapter.start(self.state.task(task.id)))
+
+    def _spawn(
+        self, txn: Txn, launch: spawn.Launch, adapter: Adapter, task_id: str, attempt: int
+    ) -> WorkerProcess | None:
+        """Start a worker and record it in `txn`; None (and recorded) if it cannot start."""
         try:
             worker = start_worker(
-                launch, adapter, self.paths, task_id=task.id, attempt=attempt, now=time.monotonic()
+                launch, adapter, self.paths, task_id=task_id, attempt=attempt, now=time.monotonic()
             )
         except OSError as exc:
             why = f"cannot start {launch.argv[0]}: {exc.strerror}"
-            with self.view.change() as txn:
-                tasks.not_started(txn, task.id, attempt=attempt, why=why)
-            return
+            tasks.not_started(txn, task_id, attempt=attempt, why=why)
+            return None
         try:
-            with self.view.change() as txn:
-                tasks.start(txn, task.id, attempt=attempt, pid=worker.pid)
+            tasks.start(txn, task_id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
         except BaseException:
-            worker.signal(signal.SIGKILL)
-            worker.wait()
-            worker.close()
+            _discard(worker)
             raise
-        self.workers.add(worker)
-        self._heard(worker, adapter.start(self.state.task(task.id)))
+        return worker
 
     def output(self, worker: WorkerProcess, lines: list[bytes]) -> None:
         """The worker printed something (Workers calls this)."""
@@ -437,3 +452,10 @@ class Leader:
             self.workers.forget(worker)
         self.wakeups.close()
         self._selector.close()
+
+
+def _discard(worker: WorkerProcess) -> None:
+    """Kill a worker whose start could not be recorded: nothing may run unrecorded."""
+    worker.signal(signal.SIGKILL)
+    worker.wait()
+    worker.close()

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from crew import env
+from crew import env, ids
 from crew.adapters.base import Adapter
 from crew.config import AgentConfig
 from crew.models import Run, Task
@@ -27,6 +27,8 @@ class Launch:
     argv: list[str]
     cwd: Path
     env: dict[str, str]
+    #: SHA-256 of the worker's secret (CREW_WORKER_TOKEN in `env`): the task records it.
+    token_hash: str
 
 
 def launch_for(
@@ -39,7 +41,13 @@ def launch_for(
     attempt: int,
 ) -> Launch:
     """The command line, folder and environment of a task's worker (the adapter adds what its
-    protocol needs, and what resumes the agent's own session)."""
+    protocol needs, and what resumes the agent's own session).
+
+    The worker acts as `task:<taskId>`, whatever session the leader's environment named: its
+    own `crew` commands prove it with a secret made for this attempt, of which the task keeps
+    only the hash.
+    """
+    token = ids.new_worker_token()
     values = {
         "prompt": task.prompt,
         "task": task.id,
@@ -61,13 +69,15 @@ def launch_for(
         env.ATTEMPT.name: str(attempt),
         env.STATE_DIR.name: str(paths.root),
         env.PROTOCOL.name: PROTOCOL_VERSION,
+        env.SESSION.name: ids.worker_session(task.id),
+        env.WORKER_TOKEN.name: token,
     }
     checkpoint = paths.checkpoint(task.id)
     if checkpoint.is_file():  # an earlier attempt saved its progress
         variables[env.CHECKPOINT.name] = str(checkpoint)
     else:
         variables.pop(env.CHECKPOINT.name, None)
-    return Launch(argv, cwd, variables)
+    return Launch(argv, cwd, variables, ids.token_hash(token))
 
 
 def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:

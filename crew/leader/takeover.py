@@ -13,6 +13,7 @@ from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
 from crew.procs import Stopped, stop_worker
 from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.session import Actor, as_actor
 from crew.store import snapshot
 from crew.store.runstore import RunStore
 
@@ -28,7 +29,9 @@ class Takeover:
     stopped: list[Stopped] = field(default_factory=list)
 
 
-def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = False) -> Takeover:
+def claim(
+    store: RunStore, *, session: str | Actor, force: bool = False, resume: bool = False
+) -> Takeover:
     """Take the leader lease of a run: refused while another leader is alive (exit 4).
 
     The epoch goes up by one, so a previous leader that is merely hung stops at its next write.
@@ -38,9 +41,11 @@ def claim(store: RunStore, *, session: str, force: bool = False, resume: bool = 
     that task's attempt.
     """
     orphans: list[tuple[str, int, int]] = []
+    actor = as_actor(session)
     with _naming_a_hung_leader(store), domain.change(store) as txn:
         run = txn.run
-        overridden = gate.check_owner(run, session, force)
+        overridden = gate.admit(txn, actor, "resume", force=force)
+        session = actor.name_in(run.run_id)
         if run.status.terminal:
             raise Refused(f"Run {run.run_id} has ended ({run.status}): there is nothing to lead.")
         refuse_if_led(

@@ -50,6 +50,7 @@ class Txn:
         self._run_dirty = False
         self._staged: dict[Box, dict[str, MailboxMessage]] = {}
         self._checkpoints: list[Checkpoint] = []
+        self._caused_by: dict[str, str] = {}
 
     @property
     def run(self) -> Run:
@@ -69,6 +70,11 @@ class Txn:
         """Whether anything has been recorded."""
         return bool(self._events)
 
+    def caused_by(self, who: dict[str, str]) -> None:
+        """Say who asked for this change: every event recorded from now on carries `who` in its
+        data (`session`, and `defaultSession` when it differs)."""
+        self._caused_by = dict(who)
+
     def record(
         self,
         event_type: EventType,
@@ -83,7 +89,7 @@ class Txn:
     ) -> Event:
         """Stage an event; `task`, `run`, `mail` and `checkpoint` are new state it carries (and
         applies)."""
-        payload = dict(data or {})
+        payload = {**self._caused_by, **(data or {})}
         if task is not None:
             self.state.tasks[task.id] = task
             self._tasks_dirty = True
