@@ -12,6 +12,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -106,9 +107,9 @@ def signal_group(pid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def inherited_environ(names: tuple[str, ...], *, depth: int = 64) -> dict[str, str] | None:
-    """The starting environment of this process's nearest ancestor that was given every one of
-    `names` (a worker, for a command run below it), or None: no such ancestor, or no /proc.
+def inherited_environs(names: tuple[str, ...], *, depth: int = 64) -> Iterator[dict[str, str]]:
+    """The starting environments of this process's ancestors that were given every one of
+    `names` (workers, for a command run below them), nearest first; none without /proc.
 
     A process can change its own environment, not the one its ancestors started with: a command
     that dropped a worker's variables is still found below that worker.
@@ -116,18 +117,17 @@ def inherited_environ(names: tuple[str, ...], *, depth: int = 64) -> dict[str, s
     pid = os.getppid()
     for _ in range(depth):
         if pid <= 1:
-            return None
+            return
         try:
             found = worker_environ(pid)
         except PermissionError:  # not ours to read (another user's): look further up
             found = None
         if found is not None and all(found.get(name) for name in names):
-            return found
+            yield found
         parent = _parent_of(pid)
         if parent is None:
-            return None
+            return
         pid = parent
-    return None
 
 
 def _parent_of(pid: int) -> int | None:

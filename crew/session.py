@@ -148,15 +148,16 @@ def _credentials(variables: Mapping[str, str]) -> WorkerCredentials | None:
 
 
 def _inherited_credentials(home: Path) -> WorkerCredentials | None:
-    """The credentials of the worker this command runs below, if it acts on that worker's home:
-    a command that dropped the worker's variables from its environment is still that worker."""
-    from crew.procs import inherited_environ
+    """The credentials of the nearest worker this command runs below that works on `home`: a
+    command that dropped the worker's variables from its environment is still that worker, and
+    so is one below a crew that worker runs in another home."""
+    from crew.procs import inherited_environs
 
-    found = inherited_environ((*_WORKER_VARIABLES, env.HOME.name))
-    worker = _credentials(found) if found is not None else None
-    if worker is None or worker.home is None or not _same_folder(worker.home, home):
-        return None
-    return worker
+    for found in inherited_environs((*_WORKER_VARIABLES, env.HOME.name)):
+        worker = _credentials(found)
+        if worker is not None and worker.home is not None and _same_folder(worker.home, home):
+            return worker
+    return None
 
 
 def _same_folder(a: Path, b: Path) -> bool:

@@ -225,6 +225,57 @@ def test_a_worker_cannot_name_another_session(
     assert store.state().run.owner_session_id == SESSION
 
 
+def test_a_command_below_a_nested_crews_worker_is_still_the_outer_worker(
+    make_run: MakeRun, home: Home, tmp_path: Path
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=1, token_hash=ids.token_hash("outer"))
+
+    def worker(home_dir: Path, run_id: str, task_id: str, token: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CREW_HOME": str(home_dir),
+            "CREW_RUN_ID": run_id,
+            "CREW_TASK_ID": task_id,
+            "CREW_WORKER_TOKEN": token,
+            "CREW_SESSION_ID": f"task:{task_id}",
+        }
+
+    # The outer worker runs a crew of its own in another home, whose worker drops its variables
+    # and acts on the outer run. Each shell stays alive as an ancestor (`; exit`: no exec).
+    inner = worker(tmp_path / "inner" / ".crew", "20261130-034100-7f3a", "sub", "inner")
+    assignments = " ".join(f"{k}='{v}'" for k, v in inner.items() if k.startswith("CREW_"))
+    (tmp_path / "outer.sh").write_text(
+        f'd="$1"; shift; env {assignments} sh "$d/inner.sh" "$@"; exit $?\n'
+    )
+    (tmp_path / "inner.sh").write_text(
+        "env -u CREW_WORKER_TOKEN -u CREW_SESSION_ID -u CREW_RUN_ID -u CREW_TASK_ID "
+        '"$1" -m crew handoff "$2" mallory --home "$3"; exit $?\n'
+    )
+    done = subprocess.run(
+        [
+            "sh",
+            str(tmp_path / "outer.sh"),
+            str(tmp_path),
+            sys.executable,
+            store.run_id,
+            str(home.root),
+        ],
+        env=worker(home.root, store.run_id, "plan", "outer"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.startswith(
+        f"crew: error: Task plan is a worker of run {store.run_id}, and a worker may hand the "
+        "run over only where crew.toml allows it"
+    )
+    assert store.state().run.owner_session_id == SESSION
+
+
 # ----------------------------------------------------------------------------- a real worker
 
 #: The commands a worker's agent might run in its shell, each followed by its exit code.

@@ -293,7 +293,7 @@ def test_a_command_below_a_worker_that_dropped_its_variables_is_still_that_worke
         "CREW_TASK_ID": "plan",
         "CREW_HOME": str(home.root),
     }
-    monkeypatch.setattr("crew.procs.inherited_environ", lambda names: found)
+    monkeypatch.setattr("crew.procs.inherited_environs", lambda names: iter([found]))
     monkeypatch.delenv("CREW_SESSION_ID")
 
     assert current_actor(home=home.root).session == "task:plan"
