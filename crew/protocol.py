@@ -17,11 +17,15 @@ Anything else is plain output.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from crew.registry import ContactType
+from crew.text import clip, short
 
 if TYPE_CHECKING:
     from crew.models import MailboxMessage
@@ -36,7 +40,6 @@ ANSI_RE = re.compile(
 )
 _PREFIX_RE = re.compile(r"^\s*@supervisor(?![A-Za-z0-9_])")
 _CONTACT_RE = re.compile(r"^\s*@supervisor\s+([A-Za-z_]+)\s*:\s?(.*)$", re.DOTALL)
-_OPTIONS_RE = re.compile(r"\s*\[([^\[\]]*)\]\s*$")
 _MESSAGE_ID_RE = re.compile(r"^msg_[0-9a-z]{1,32}$")
 # Text framing (docs/worker-protocol.md, "Plain lines"). Every line break a reader might split
 # on becomes one ␤ (SYMBOL FOR NEWLINE).
@@ -67,13 +70,33 @@ _SHELL_LOOKALIKES = str.maketrans(
     }
 )
 
+# Bounds on what a worker's line may make crew keep (docs/worker-protocol.md, "Limits"). Whatever
+# is within them can be written in one event line (1 MiB at most) and read back by crew's own
+# readers; a line beyond them is malformed, and parsing it costs time linear in its length.
+
+#: The longest question or report kept, in characters (a longer one is cut).
 MAX_PROMPT = 8 * 1024
 #: The largest checkpoint state kept, in bytes of JSON (it travels in an event line: 1 MiB at most).
 MAX_CHECKPOINT = 512 * 1024
-#: Kept out of a checkpoint line as `\uXXXX` (it means the same inside a JSON string): line breaks
-#: some readers split on, C1 controls (U+009B starts an escape sequence), lone surrogates.
+#: The largest attention decision kept, in bytes of JSON (a message keeps its latest ones too).
+MAX_DECISION = 16 * 1024
+#: The deepest JSON kept, in nested arrays and objects. crew's readers take 200 levels in all,
+#: and an event wraps what it keeps in a few of its own.
+MAX_DEPTH = 64
+#: The most options a need_selection question may offer, and the longest option, in characters.
+MAX_OPTIONS = 100
+MAX_OPTION = 500
+#: The longest line read as an `@supervisor` line, in characters: room for the largest checkpoint.
+MAX_LINE = MAX_CHECKPOINT + 1024
+#: How much of a malformed line its event quotes.
+EXCERPT = 80
+#: Kept out of a JSON line as `\uXXXX` (it means the same inside a JSON string): line breaks some
+#: readers split on (U+0085, U+2028, U+2029; JSON escapes those below U+0020 itself), the other C1
+#: controls (U+009B starts an escape sequence) and DEL, and lone surrogates (not valid UTF-8).
 _UNSAFE_IN_A_LINE = re.compile(r"[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-_NOT_JSON = object()
+#: A JSON escape of a surrogate: a line without one cannot hold a lone surrogate.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -116,9 +139,11 @@ class CheckpointRecord:
 
 @dataclass(frozen=True)
 class Malformed:
-    """Starts with @supervisor but does not parse: kept as plain output, and counted."""
+    """Starts with @supervisor but does not parse, or says more than crew keeps: kept as plain
+    output, and counted. `excerpt`: the start of the line, on one line."""
 
     reason: str
+    excerpt: str = ""
 
 
 Parsed = Contact | Report | Ack | DecisionRecord | CheckpointRecord | Malformed
@@ -129,54 +154,141 @@ def strip_ansi(text: str) -> str:
 
 
 def parse_line(line: str) -> Parsed | None:
-    """What an output line says to the supervisor, or None for plain output. Never raises."""
+    """What an output line says to the supervisor, or None for plain output.
+
+    Never raises, and takes time linear in the line's length whatever it holds: a line over
+    MAX_LINE, JSON nested deeper than MAX_DEPTH or larger than its limit, a question with more
+    than MAX_OPTIONS options, are all Malformed.
+    """
+    if len(line) > MAX_LINE:
+        if _PREFIX_RE.match(strip_ansi(line[: 4 * EXCERPT])) is None:
+            return None
+        return _malformed(f"a line of {len(line)} characters (the limit is {MAX_LINE})", line)
     text = strip_ansi(line).rstrip("\r\n")
     if _PREFIX_RE.match(text) is None:
         return None
     match = _CONTACT_RE.match(text)
     if match is None:
-        return Malformed("expected '@supervisor <type>: <text>'")
+        return _malformed("expected '@supervisor <type>: <text>'", text)
     name, rest = match.group(1), match.group(2).strip()
     try:
         kind = ContactType(name)
     except ValueError:
         known = ", ".join(t.value for t in ContactType)
-        return Malformed(f"unknown type {name!r} (known: {known})")
+        return _malformed(f"unknown type {clip(name, 40)!r} (known: {known})", text)
     if kind.blocking:
-        return _contact(kind, rest)
+        return _contact(kind, rest, text)
     if kind.report:
         return Report(kind, rest[:MAX_PROMPT])
     if kind is ContactType.ACK:
         if _MESSAGE_ID_RE.match(rest) is None:
-            return Malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}")
+            return _malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}", text)
         return Ack(rest)
+    limit = MAX_CHECKPOINT if kind is ContactType.CHECKPOINT else MAX_DECISION
     try:
-        data = json.loads(rest)
-    except (ValueError, RecursionError):
-        data = _NOT_JSON
+        data = load_json(rest, limit=limit)
+    except ValueError as error:
+        return _malformed(f"{kind} needs JSON: {error}", text)
     if kind is ContactType.CHECKPOINT:
-        return Malformed("checkpoint needs JSON") if data is _NOT_JSON else CheckpointRecord(data)
+        return CheckpointRecord(data)
     if not isinstance(data, dict):
-        return Malformed("decision needs a JSON object")
+        return _malformed("decision needs a JSON object", text)
     return DecisionRecord(data)
 
 
-def _contact(kind: ContactType, rest: str) -> Contact | Malformed:
+def _malformed(reason: str, line: str) -> Malformed:
+    return Malformed(reason, short(one_line(line[: 4 * EXCERPT]), EXCERPT))
+
+
+def _contact(kind: ContactType, rest: str, line: str) -> Contact | Malformed:
     options: list[str] = []
     if kind is ContactType.NEED_SELECTION:
-        found = _OPTIONS_RE.search(rest)
+        found = _trailing_options(rest)
         if found is None:
-            return Malformed("need_selection needs its options at the end, like [a|b|c]")
-        for part in found.group(1).split("|"):
-            option = part.strip()
-            if option and option not in options:
-                options.append(option)
+            return _malformed("need_selection needs its options at the end, like [a|b|c]", line)
+        rest, listed = found
+        # dict.fromkeys: duplicates dropped in one pass, first-seen order kept.
+        options = [o for o in dict.fromkeys(part.strip() for part in listed.split("|")) if o]
         if not options:
-            return Malformed("need_selection needs at least one option, like [a|b|c]")
-        rest = rest[: found.start()].strip()
+            return _malformed("need_selection needs at least one option, like [a|b|c]", line)
+        if len(options) > MAX_OPTIONS:
+            return _malformed(
+                f"need_selection offers {len(options)} options (at most {MAX_OPTIONS})", line
+            )
+        if (longest := max(len(o) for o in options)) > MAX_OPTION:
+            return _malformed(
+                f"an option of {longest} characters (at most {MAX_OPTION} each)", line
+            )
     if not rest:
-        return Malformed(f"{kind} needs a question after the colon")
+        return _malformed(f"{kind} needs a question after the colon", line)
     return Contact(kind, rest[:MAX_PROMPT], options)
+
+
+def _trailing_options(text: str) -> tuple[str, str] | None:
+    """`Which one? [a|b|c]` as `("Which one?", "a|b|c")`: a bracketed group that ends the text
+    and holds no bracket itself (None when there is none). Linear in the text's length, unlike a
+    regular expression searched for at every position."""
+    text = text.rstrip()
+    if not text.endswith("]"):
+        return None
+    start = text.rfind("[", 0, len(text) - 1)
+    if start < 0 or "]" in text[start + 1 : -1]:
+        return None
+    return text[:start].strip(), text[start + 1 : -1]
+
+
+# ----------------------------------------------------------------------------- JSON, bounded
+
+
+def parse_json(text: str) -> Any:
+    """`text` as JSON that crew can keep: ValueError (saying why) for invalid JSON, `NaN` or an
+    infinite number, or nesting deeper than MAX_DEPTH; a lone surrogate (which no UTF-8 file can
+    hold) becomes U+FFFD. Takes time linear in the text's length."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:  # the decoder's own guard, far deeper than MAX_DEPTH
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:
+        raise ValueError(f"not valid JSON ({clip(str(error), 80)})") from None
+    return _kept(value, MAX_DEPTH, scrub=_ESCAPED_SURROGATE.search(text) is not None)
+
+
+def load_json(text: str, *, limit: int) -> Any:
+    """`parse_json`, and at most `limit` bytes once crew writes it (ValueError otherwise)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise ValueError(f"{size} bytes of JSON (the limit is {limit})")
+    value = parse_json(text)
+    if (written := len(pydantic_core.to_json(value))) > limit:
+        raise ValueError(f"{written} bytes of JSON once written (the limit is {limit})")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{clip(text, 20)} is out of range")
+    return number
+
+
+def _kept(value: Any, room: int, *, scrub: bool) -> Any:
+    """`value` checked to nest at most `room` levels deep (lone surrogates replaced if `scrub`)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if scrub else value
+    if not isinstance(value, list | dict):
+        return value
+    if room == 0:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, list):
+        return [_kept(item, room - 1, scrub=scrub) for item in value]
+    return {
+        _kept(key, room, scrub=scrub): _kept(item, room - 1, scrub=scrub)
+        for key, item in value.items()
+    }
 
 
 def one_line(text: str) -> str:
@@ -200,8 +312,7 @@ def contact_line(kind: ContactType, prompt: str, options: list[str] | None = Non
 
 def checkpoint_line(state: Any) -> str:
     """The line that saves `state`: its JSON on one line, whatever characters its strings hold."""
-    text = json.dumps(state, ensure_ascii=False, allow_nan=False)
-    text = _UNSAFE_IN_A_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    text = _one_line_json(json.dumps(state, ensure_ascii=False, allow_nan=False))
     if (size := len(text.encode())) > MAX_CHECKPOINT:
         raise ValueError(
             f"A checkpoint's state is limited to {MAX_CHECKPOINT} bytes of JSON, this one has "
@@ -219,7 +330,21 @@ def json_frame(message: MailboxMessage) -> bytes:
         "priority": message.priority.value,
         "data": message.data or {},
     }
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return json_line(frame)
+
+
+def json_line(payload: Any) -> bytes:
+    """`payload` as compact JSON on exactly one line, for any reader: one that splits on U+2028,
+    U+2029 or U+0085 (Python's `splitlines`, some editors and terminals) finds none, since those
+    are written as `\\uXXXX` escapes, which mean the same in a JSON string."""
+    return (
+        _one_line_json(json.dumps(payload, ensure_ascii=False, separators=(",", ":"))).encode()
+        + b"\n"
+    )
+
+
+def _one_line_json(text: str) -> str:
+    return _UNSAFE_IN_A_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def sanitize_text(body: str) -> str:

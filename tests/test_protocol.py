@@ -59,7 +59,7 @@ def test_lines_are_parsed_as_documented(line: str, parsed: object) -> None:
         ("@supervisor need_selection: Pick [ | ]", "need_selection needs at least one option"),
         ("@supervisor ack: 42", "ack needs a message id"),
         ("@supervisor decision: [1, 2]", "decision needs a JSON object"),
-        ("@supervisor decision: {nope", "decision needs a JSON object"),
+        ("@supervisor decision: {nope", "decision needs JSON: not valid JSON"),
     ],
 )
 def test_malformed_supervisor_lines_say_why(line: str, reason: str) -> None:

@@ -8,11 +8,22 @@ worker's stdin, and signals for the leader (a question, a report, the end of a t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from crew.models import MailboxMessage, Task
-from crew.protocol import Contact, Parsed
+from crew.protocol import (
+    EXCERPT,
+    MAX_OPTION,
+    MAX_OPTIONS,
+    MAX_PROMPT,
+    Contact,
+    Malformed,
+    Parsed,
+    Report,
+)
+from crew.registry import ContactType
+from crew.text import clip
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,45 @@ class SessionStarted:
 
 
 Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted
+
+#: The longest error, turn failure or withdrawal reason kept from an agent, in characters.
+MAX_TEXT = 2000
+#: The longest session id taken from an agent: anything longer is not one.
+MAX_SESSION = 1024
+
+
+def bounded(signal: Signal) -> Signal:
+    """`signal` within the bounds crew keeps whoever made it (crew/protocol.py has them): text
+    cut to its limit, a question's options de-duplicated and cut to MAX_OPTION. A question with
+    more than MAX_OPTIONS options is put as a need_input question naming the first of them (an
+    agent cannot be told its question was malformed: it would wait for ever). A session id too
+    long to be one is malformed."""
+    if isinstance(signal, Contact):
+        return _bounded_question(signal)
+    if isinstance(signal, Report):
+        return replace(signal, text=clip(signal.text, MAX_PROMPT))
+    if isinstance(signal, AgentError):
+        return replace(signal, message=clip(signal.message, MAX_TEXT))
+    if isinstance(signal, TurnEnd) and signal.error is not None:
+        return replace(signal, error=clip(signal.error, MAX_TEXT))
+    if isinstance(signal, Withdrawn):
+        return replace(signal, reason=clip(signal.reason, MAX_TEXT))
+    if isinstance(signal, SessionStarted) and len(signal.session_id) > MAX_SESSION:
+        return Malformed(
+            f"a session id of {len(signal.session_id)} characters (at most {MAX_SESSION})",
+            clip(signal.session_id, EXCERPT),
+        )
+    return signal
+
+
+def _bounded_question(question: Contact) -> Contact:
+    prompt = clip(question.prompt, MAX_PROMPT)
+    options = [o for o in dict.fromkeys(clip(o, MAX_OPTION).strip() for o in question.options) if o]
+    if len(options) <= MAX_OPTIONS:
+        return Contact(question.type, prompt, options)
+    listed = ", ".join(options[:MAX_OPTIONS])
+    prompt = f"{prompt} (answer with one of its {len(options)} options: {listed}, …)"
+    return Contact(ContactType.NEED_INPUT, clip(prompt, MAX_PROMPT))
 
 
 @dataclass

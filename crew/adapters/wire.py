@@ -3,10 +3,11 @@ object, writing one, reading a yes, and the first message of a resumed session."
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from crew import protocol
 from crew.models import Task
+from crew.protocol import parse_json
 
 #: Answers that approve a yes/no question put to an agent's supervisor; anything else declines.
 YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
@@ -18,17 +19,19 @@ def confirms(answer: str) -> bool:
 
 
 def json_object(line: str) -> dict[str, Any] | None:
-    """A line an agent printed, if it is a JSON object (anything else is plain output)."""
+    """A line an agent printed, if it is a JSON object within crew's bounds (nested at most
+    MAX_DEPTH deep; lone surrogates made U+FFFD); anything else is plain output."""
     try:
-        value = json.loads(line)
+        value = parse_json(line)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
 def json_line(payload: dict[str, Any]) -> bytes:
-    """One compact JSON line: what every JSON-lines agent protocol reads."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    """One compact JSON line: what every JSON-lines agent protocol reads (exactly one line for
+    any reader, as crew's own frames are)."""
+    return protocol.json_line(payload)
 
 
 def continuation(task: Task) -> str:
