@@ -103,7 +103,22 @@ class Corrupt(CrewError, exit_code=ExitCode.FAILED):
 
 
 class StoreError(CrewError, exit_code=ExitCode.FAILED):
-    """A write to the state directory failed (disk full, permissions); nothing was recorded."""
+    """A write to the state directory failed (disk full, permissions); nothing was recorded,
+    unless `committed` says the change reached the event log (and only the files that mirror
+    it lag behind: the next writer completes them)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        errno: int | None = None,
+        committed: bool = False,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        #: The operating system's error number, when an OS error caused it (ENOSPC, EMFILE, …).
+        self.errno = errno
+        self.committed = committed
 
 
 class LeaderCrashed(CrewError, exit_code=ExitCode.FAILED):
@@ -122,6 +137,7 @@ def from_os_error(error: OSError) -> StoreError:
     return StoreError(
         f"{what}: {where}.",
         hint="crew reads and writes its state folder: check its permissions and free space.",
+        errno=error.errno,
     )
 
 

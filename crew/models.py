@@ -315,6 +315,9 @@ class LeaderInfo(StateModel):
     stopped_reason: str | None = None
     """Why the leader stopped leading (`interrupted by SIGINT`, `crashed: …`): set as it stops,
     so readers know at once that it is gone."""
+    degraded: str | None = None
+    """While a fault holds the leader's work back (a full disk, no file descriptor left, the run
+    lock held elsewhere for long): what failed, and how. It retries, and goes on once it clears."""
 
 
 TaskList = TypeAdapter(list[Task])

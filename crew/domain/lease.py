@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from dataclasses import dataclass
 from enum import StrEnum
 
 from crew import clock
-from crew.errors import Corrupt, Refused
+from crew.errors import Corrupt, Refused, StoreError
 from crew.models import LeaderAdapter, LeaderInfo
 from crew.paths import RunPaths
 from crew.procs import is_alive
 from crew.store import snapshot
 from crew.store.files import make_dirs
+
+#: The size leader.json is padded to: room to write it again in place (see write_lease).
+LEASE_ROOM = 1024
 
 
 class LeaseState(StrEnum):
@@ -75,10 +79,20 @@ def refuse_if_led(lease: Lease, run_id: str) -> None:
 def write_lease(paths: RunPaths, info: LeaderInfo) -> None:
     """Write .runtime/leader.json (volatile: no fsync).
 
-    Only the leader that holds the lease, or one claiming it under the run lock, writes it.
+    Only the leader that holds the lease, or one claiming it under the run lock, writes it. It
+    is padded with spaces to LEASE_ROOM bytes, so that on a full disk, where no new file can be
+    written, the leader can still write its heartbeat over the old one in place.
     """
     make_dirs(paths.runtime_dir)
-    snapshot.write_atomic(paths.leader, snapshot.dump_model(info), durable=False)
+    data = snapshot.dump_model(info)
+    data = data[:-1] + b" " * (LEASE_ROOM - len(data)) + data[-1:]
+    try:
+        snapshot.write_atomic(paths.leader, data, durable=False)
+    except StoreError as error:
+        if error.errno not in {errno.ENOSPC, errno.EDQUOT} or not snapshot.overwrite(
+            paths.leader, data
+        ):
+            raise
 
 
 def new_lease(session: str, epoch: int) -> LeaderInfo:

@@ -281,10 +281,15 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> in
             _roll_back(fd, start)
             raise StoreError(
                 f"Could not append to {path}: only {written} of {len(data)} bytes fit "
-                "(is the disk full?). Nothing was recorded."
+                "(is the disk full?). Nothing was recorded.",
+                errno=errno.ENOSPC,
             )
         if fsync_enabled():
-            os.fsync(fd)
+            try:
+                os.fsync(fd)
+            except OSError as exc:  # what the disk did keep is unknown: take the lines back
+                _roll_back(fd, start)
+                raise _write_error(path, exc) from None
     finally:
         os.close(fd)
     if created and fsync_enabled():
@@ -295,8 +300,13 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> in
 
 def _write_error(path: Path, exc: OSError) -> StoreError:
     if exc.errno in {errno.ENOSPC, errno.EDQUOT}:
-        return StoreError(f"Could not append to {path}: the disk is full. Nothing was recorded.")
-    return StoreError(f"Could not append to {path}: {exc.strerror}. Nothing was recorded.")
+        return StoreError(
+            f"Could not append to {path}: the disk is full. Nothing was recorded.",
+            errno=exc.errno,
+        )
+    return StoreError(
+        f"Could not append to {path}: {exc.strerror}. Nothing was recorded.", errno=exc.errno
+    )
 
 
 def _roll_back(fd: int, size: int) -> None:

@@ -5,6 +5,10 @@ has one (the kernel releases it when the holder dies, even on `kill -9`), filelo
 where it has not. One lock object per lock file is kept for the life of the process and reused;
 it is thread-local, so the leader's thread and a live view's thread exclude each other like two
 processes do. What this costs per transaction is measured in docs/performance.md.
+
+The leader alone waits without a timeout (`patience`): it has nothing better to do than wait for
+the lock, and must not stop leading because another process holds it for long; it keeps its
+heartbeat going while it waits.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,9 +35,13 @@ DEFAULT_LOCK_TIMEOUT = 10.0
 POLL_INTERVAL = 0.002
 #: How long a waiter waits before it claims the next turn (see `_Hand`).
 HAND_AFTER = 0.25
+#: How often a patient wait for a busy lock looks up from it (see `patience`).
+PATIENT_SLICE = 0.2
 
 _locks: dict[Path, filelock.FileLock] = {}
 _locks_guard = threading.Lock()
+#: Per thread: what a wait for a busy lock calls while it waits (set by `patience`).
+_patience = threading.local()
 
 
 def _forget_locks() -> None:
@@ -66,31 +74,55 @@ def _lock_for(path: Path) -> filelock.FileLock:
 
 
 @contextmanager
+def patience(on_busy: Callable[[float], None]) -> Iterator[None]:
+    """In this thread, for the block: a wait for a busy lock (with the default timeout) never
+    times out. Every PATIENT_SLICE seconds of waiting it calls `on_busy(seconds waited)`, which
+    may do other work meanwhile (the leader's heartbeat), or raise to give up the wait."""
+    previous = getattr(_patience, "on_busy", None)
+    _patience.on_busy = on_busy
+    try:
+        yield
+    finally:
+        _patience.on_busy = previous
+
+
+@contextmanager
 def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
-    """Hold the exclusive lock at `path` for the block; CrewTimeout if it stays busy."""
+    """Hold the exclusive lock at `path` for the block; CrewTimeout if it stays busy (never, in
+    a thread that has `patience` and asks for the default timeout)."""
     wait = lock_timeout() if timeout is None else timeout
     refuse_link(path)  # filelock would open (and truncate) what a link points to
+    on_busy = getattr(_patience, "on_busy", None) if timeout is None else None
     lock = _lock_for(path)
-    _acquire(lock, path, wait)
+    _acquire(lock, path, wait, on_busy)
     try:
         yield
     finally:
         lock.release()
 
 
-def _acquire(lock: filelock.FileLock, path: Path, wait: float) -> None:
+def _acquire(
+    lock: filelock.FileLock,
+    path: Path,
+    wait: float,
+    on_busy: Callable[[float], None] | None = None,
+) -> None:
     """Take the lock, in turn: a waiter kept waiting past HAND_AFTER raises its hand, and while
     a live waiter's hand is up, no one else takes the lock (see `_Hand`)."""
     hand = _Hand(path)
     if not os.path.lexists(hand.path) and _try(lock, path):  # the common case: no one waits
         return
     started = time.monotonic()
+    looked_up = 0.0
     try:
         while True:
             if (hand.mine or not hand.other_up()) and _try(lock, path):
                 return
             waited = time.monotonic() - started
-            if waited >= wait:
+            if on_busy is not None and waited >= looked_up + PATIENT_SLICE:
+                on_busy(waited)  # a patient waiter: it never times out
+                looked_up = waited
+            elif on_busy is None and waited >= wait:
                 raise CrewTimeout(
                     f"Timed out after {wait:g}s waiting for the lock {path}: "
                     "another crew process holds it.",
@@ -111,7 +143,7 @@ def _try(lock: filelock.FileLock, path: Path) -> bool:
     except filelock.Timeout:
         return False
     except OSError as exc:
-        raise StoreError(f"Cannot lock {path}: {exc.strerror or exc}.") from None
+        raise StoreError(f"Cannot lock {path}: {exc.strerror or exc}.", errno=exc.errno) from None
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from pathlib import Path
@@ -12,7 +13,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from crew import clock, faults
 from crew.errors import Corrupt, StoreError
 from crew.procs import is_alive
-from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, read_bytes, write_all
+from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, open_fd, read_bytes, write_all
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -40,7 +41,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         faults.crash_at(f"replace:{path.name}")
     except OSError as exc:
         raise StoreError(
-            f"Could not write {path}: {exc.strerror}. It was left as it was."
+            f"Could not write {path}: {exc.strerror}. It was left as it was.", errno=exc.errno
         ) from None
     finally:
         temp.unlink(missing_ok=True)
@@ -73,6 +74,31 @@ def remove_leftovers(*folders: Path) -> list[Path]:
     for path in removed:
         path.unlink(missing_ok=True)
     return removed
+
+
+def overwrite(path: Path, data: bytes) -> bool:
+    """Write `data` over the start of an existing file, in place, when the file is at least as
+    long (the rest becomes spaces): no new block or inode is needed, so it works on a full disk.
+    False when the file is missing or too short. Not atomic, so only for a file whose readers
+    can bear that (leader.json, whose heartbeat must go on while the disk is full)."""
+    try:
+        fd = open_fd(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"Could not write {path}: {exc.strerror}.", errno=exc.errno) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < len(data):
+            return False
+        padded = data[:-1] + b" " * (size - len(data)) + data[-1:] if data else b" " * size
+        if os.pwrite(fd, padded, 0) != size:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError as exc:
+        raise StoreError(f"Could not write {path}: {exc.strerror}.", errno=exc.errno) from None
+    finally:
+        os.close(fd)
+    return True
 
 
 def dump_model(model: BaseModel) -> bytes:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
-from crew.errors import StoreError
+from crew.errors import StoreError, from_os_error
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType
@@ -158,10 +158,13 @@ class Txn:
             for checkpoint in self._checkpoints:
                 self.store.write_checkpoint(checkpoint)
             self.store.write_applied(self._last_seq)
-        except StoreError as error:
+        except (StoreError, OSError) as error:
+            text = error.message if isinstance(error, StoreError) else str(from_os_error(error))
             raise StoreError(
-                f"The change was recorded in events.jsonl, but {error.message[0].lower()}"
-                f"{error.message[1:].removesuffix(' Nothing was recorded.')} The next command "
+                f"The change was recorded in events.jsonl, but {text[0].lower()}"
+                f"{text[1:].removesuffix(' Nothing was recorded.')} The next command "
                 "that changes the run completes it.",
                 hint="Free some disk space, then run `crew doctor --repair` or any command.",
+                errno=error.errno,
+                committed=True,
             ) from None
