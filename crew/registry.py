@@ -190,6 +190,7 @@ class MessageData(StrEnum):
     CONTACT_TYPE = "contactType"
     OPTIONS = "options"  # of a need_selection contact
     REPORT_TYPE = "type"  # of a report: status, progress or note
+    FOLDED = "folded"  # a report standing for this many (rate limit): the task's log has them all
     ATTEMPT = "attempt"  # the task attempt it was delivered to
     CARRIED = "carried"  # how many times it went back to pending for a task's next attempt
     AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits
@@ -257,6 +258,8 @@ class EventType(StrEnum):
     LEADER_STOPPED = "leader.stopped"
     LEADER_ERROR = "leader.error"
     LEADER_CRASHED = "leader.crashed"
+    LEADER_DEGRADED = "leader.degraded"  # a fault (full disk, no descriptors) holds work back
+    LEADER_RECOVERED = "leader.recovered"  # the fault cleared: what it held back is done
     TASK_QUEUED = "task.queued"
     TASK_STARTED = "task.started"
     TASK_WAITING = "task.waiting"

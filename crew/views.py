@@ -99,6 +99,11 @@ def run_status(store: RunStore) -> StatusReport:
             warnings.append(
                 "file events are unavailable here: the leader polls the mailbox instead"
             )
+        if lease.state is LeaseState.ALIVE and lease.leader is not None and lease.leader.degraded:
+            warnings.append(
+                f"the leader is degraded ({lease.leader.degraded}): it holds back what failed "
+                "and retries, and goes on once that clears"
+            )
     warnings.extend(_backlog_warnings(state.run, pending))
     return StatusReport(state.run, tasks, pending, warnings, lease, leader_log)
 

@@ -22,9 +22,11 @@ from crew.store.runstore import RunStore
 from crew.views import run_status
 from crew.waiting import Until, wait_for_run
 
-#: A worker that reports progress, a line at a time: the leader commits a transaction for each.
+#: A worker that prints a decision a line at a time: the leader commits a transaction for each.
 BUSY = (
-    'i=0; while [ $i -lt 3000 ]; do echo "@supervisor progress: $i"; i=$((i+1)); sleep 0.005; done'
+    "i=0; while [ $i -lt 3000 ]; do"
+    ' echo \'@supervisor decision: {"action": "continue", "n": \'$i\'}\'; i=$((i+1)); sleep 0.005;'
+    " done"
 )
 
 

@@ -35,6 +35,8 @@ from crew.store.txn import Txn
 from crew.text import short
 
 DROPPED = "dropped: backpressure"
+#: The attention decisions a message keeps in `data.decisions`: the latest ones.
+DECISIONS_KEPT = 16
 SUPERSEDED = "superseded: worker restarted"
 
 #: What a new attempt is given again of what the last one received.
@@ -180,7 +182,10 @@ def decide(txn: Txn, task_id: str, decision: dict[str, Any]) -> None:
         **{k: v for k, v in decision.items() if k != "item"},
     }
     kept = dict(message.data or {})
-    kept[MessageData.DECISIONS] = [*kept.get(MessageData.DECISIONS, []), entry]
+    # The latest ones only: a message's line must stay far below the line limit however many
+    # decisions a worker prints about it (the event log keeps every one).
+    decisions = [*kept.get(MessageData.DECISIONS, []), entry]
+    kept[MessageData.DECISIONS] = decisions[-DECISIONS_KEPT:]
     txn.record(
         EventType.ATTENTION_DECISION,
         task_id=task_id,
@@ -335,14 +340,18 @@ def _carry_over(txn: Txn, message: MailboxMessage) -> None:
 # ----------------------------------------------------------------------------- from a worker
 
 
-def report(txn: Txn, task_id: str, kind: ContactType, text: str) -> MailboxMessage:
-    """A worker's status, progress or note line, kept in outbox.jsonl."""
-    message = _outbound(
-        txn, task_id, MessageKind.REPORT, text, {MessageData.REPORT_TYPE: kind.value}
-    )
-    txn.record(
-        EventType.SUPERVISOR_REPORT, message=f"{task_id} {kind}: {short(text)}", mail=message
-    )
+def report(
+    txn: Txn, task_id: str, kind: ContactType, text: str, *, folded: int = 0
+) -> MailboxMessage:
+    """A worker's status, progress or note line, kept in outbox.jsonl. `folded`: it stands for
+    this many reports (the latest of them) that were not recorded one by one."""
+    data: dict[str, Any] = {MessageData.REPORT_TYPE: kind.value}
+    summary = f"{task_id} {kind}: {short(text)}"
+    if folded:
+        data[MessageData.FOLDED] = folded
+        summary += f" (the latest of {folded} reports folded into one; the log has them all)"
+    message = _outbound(txn, task_id, MessageKind.REPORT, text, data)
+    txn.record(EventType.SUPERVISOR_REPORT, message=summary, mail=message)
     return message
 
 

@@ -6,24 +6,29 @@ Each turn of the loop reads what changed, then starts what is ready, delivers wh
 closes agents that are done, applies the monitors, and sleeps until the next thing can happen.
 Every write goes through a transaction fenced by the leader's epoch: a leader that finds a newer
 epoch in the manifest (someone resumed the run over it) stops at once, writing nothing.
+
+Nothing a worker does stops the leader: a bug handling one fails its task only (leader/guard.py);
+a fault (a full disk, no descriptor left, a busy lock) degrades it, retrying (leader/health.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
-import signal
 import time
-import traceback
+from collections.abc import Iterator
+from functools import partial
 
 from crew import clock, faults, verbs
 from crew.adapters import adapter_for
-from crew.adapters.base import Adapter, Reaction
+from crew.adapters.base import Adapter, Reaction, Signal
 from crew.domain import mailbox, runs, tasks
-from crew.domain.lease import beat, release, stop, write_lease
-from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader, StoreError
+from crew.domain.lease import release
+from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader
 from crew.leader import monitors, schedule, signals, spawn
+from crew.leader.degraded import SPAWN_FAULTS, fault_of
+from crew.leader.guard import Step, WorkerGuard
+from crew.leader.health import Health, StopLeading
 from crew.leader.processes import WorkerProcess, Workers, describe_exit, start_worker
 from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
@@ -35,13 +40,10 @@ from crew.registry import (
     MessageSource,
     RunStatus,
 )
-from crew.store.files import open_fd
+from crew.store.lock import patience
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
-from crew.text import short
-
-HEARTBEAT = 1.0
 
 
 class Leader:
@@ -58,9 +60,9 @@ class Leader:
     ) -> None:
         self.store = store
         self.paths = store.paths
-        self.lease = lease
         self.epoch = lease.epoch
         self.view = RunView(store, lease.epoch, on_events)
+        self.health = Health(store, self.view, lease, stopping=lambda: self._stop is not None)
         self.max_parallel = max_parallel or self.state.run.config.crew.max_parallel
         self.run_timeout = run_timeout
         self.run_deadline = None if run_timeout is None else time.monotonic() + run_timeout
@@ -70,7 +72,8 @@ class Leader:
         self._stop: str | None = None
         self._dirty = True
         self._timed_out = False
-        self._next_beat = 0.0
+        self._next_check: float | None = None
+        self.guard = WorkerGuard(self.workers, self.health, self.view)
 
     @property
     def state(self) -> RunState:
@@ -87,9 +90,10 @@ class Leader:
         """Run the loop until the run ends; returns the exit code."""
         self.wakeups.start()
         # leader.json says how this leader notices writes (`crew status` warns about polling).
-        self.lease = self.lease.model_copy(update={"watcher": self.wakeups.kind})
+        self.health.lease = self.health.lease.model_copy(update={"watcher": self.wakeups.kind})
         try:
-            return self._loop()
+            with patience(self.health.lock_busy):
+                return self._loop()
         except StaleLeader:
             self.workers.abandon()
             return ExitCode.REFUSED
@@ -106,38 +110,66 @@ class Leader:
             now = time.monotonic()
             if self._stop is not None:
                 return self._interrupt()
-            if now >= self._next_beat:
-                self._heartbeat()
-                self._next_beat = now + HEARTBEAT
-            if self._dirty:
-                self._dirty = False
-                self.view.refresh()
-            self._note_watcher_failure()
-            self._time_out_run(now)
-            self._stop_ended_workers(now)
-            if not self.state.run.status.terminal:
-                for task in schedule.ready(self.state, self.workers.running(), self.max_parallel):
-                    self._start(task)
-            self._deliver()
-            self._close_idle_agents(now)
-            next_check = self._monitor(now)
-            self.view.flush_output_times(now)
-            self.view.report_events()
-            if self.state.run.status.terminal and not len(self.workers):
-                release(self.paths, self.lease)
-                return self._outcome()
-            wake_at = min(
-                t
-                for t in (
-                    self._next_beat,
-                    next_check,
-                    self.run_deadline,
-                    self.view.next_flush(),
-                    *self.workers.deadlines(),
-                )
-                if t is not None
-            )
-            self._wait(max(0.0, wake_at - time.monotonic()))
+            with self._riding_out("leading the run"):
+                self.health.beat(now)
+                ended = self._turn(now)
+                if ended is not None:
+                    return ended
+            with self._riding_out("reading the workers"):
+                self._wait(max(0.0, self._wake_at() - time.monotonic()))
+
+    @contextlib.contextmanager
+    def _riding_out(self, what: str) -> Iterator[None]:
+        """A fault in the block degrades the leader, which goes on (anything else is a crash);
+        a stop asked for while it waited for the run lock is seen at the top of the loop."""
+        try:
+            yield
+        except StopLeading:
+            pass
+        except Exception as error:
+            if fault_of(error) is None:
+                raise
+            self.health.fault(what, error, time.monotonic())
+
+    def _turn(self, now: float) -> ExitCode | None:
+        """Read what changed, start what is ready, deliver what is due, close agents that are
+        done, apply the monitors; the exit code once the run has ended."""
+        retrying = self.health.degraded.due(now)
+        if retrying:
+            self.guard.retry()
+        if self._dirty:
+            self.view.refresh()
+            self._dirty = False
+        self._note_watcher_failure()
+        self._time_out_run(now)
+        self._stop_ended_workers(now)
+        if not self.state.run.status.terminal and (retrying or not self.health.degraded.active):
+            for task in schedule.ready(self.state, self.workers.running(), self.max_parallel):
+                if not self._start(task, now):
+                    break  # a fault: the rest wait for the retry
+        self._deliver()
+        self._close_idle_agents(now)
+        self._next_check = self._monitor(now)
+        self._record_folded_reports(now)
+        self.view.flush_output_times(now)
+        self.view.report_events()
+        self.health.settle(now, retrying=retrying, held=bool(self.guard))
+        if self.state.run.status.terminal and not len(self.workers) and not self.guard:
+            release(self.paths, self.health.lease)
+            return self._outcome()
+        return None
+
+    def _wake_at(self) -> float:
+        times = (
+            self.health.next_beat,
+            self._next_check,
+            self.run_deadline,
+            self.view.next_flush(),
+            self.health.degraded.wake_at(),
+            *self.workers.deadlines(),
+            *(w.agent.reports.due() for w in self.workers if not self.guard.holds(w.task_id)),
+        )
+        return min(t for t in times if t is not None)
 
     def _outcome(self) -> ExitCode:
         if self._timed_out:
@@ -153,36 +185,27 @@ class Leader:
                 self.wakeups.handle(kind)
                 self._dirty = True
             else:
-                self.workers.handle(kind, worker, key.fd)
+                with self.guard.guarding(worker):
+                    self.workers.handle(kind, worker, key.fd)
 
     def _note_watcher_failure(self) -> None:
         """Say that the file watcher failed and the leader polls now: an event, leader.json."""
         failure = self.wakeups.failure()
-        if failure is None:
-            return
-        kind, error = failure
-        self.lease = self.lease.model_copy(update={"watcher": self.wakeups.kind})
-        write_lease(self.paths, self.lease)
-        with self.view.change() as txn:
-            txn.record(
-                EventType.LEADER_ERROR,
-                message=f"the {kind} file watcher failed ({error}); the leader polls the run's "
-                "files instead",
-                data={"watcher": kind.value, "error": error},
-            )
-
-    # ------------------------------------------------------------------ the run's state
-
-    def _heartbeat(self) -> None:
-        """Refresh leader.json, after checking no newer leader has taken the run."""
-        current = self.store.peek_epoch()
-        if current is not None and current != self.epoch:
-            raise StaleLeader(f"Run {self.store.run_id} is now led by epoch {current}.")
-        self.lease = beat(self.paths, self.lease)
+        if failure is not None:
+            self.health.watcher_failed(*failure, now_using=self.wakeups.kind)
 
     # ------------------------------------------------------------------ workers
 
-    def _start(self, task: Task) -> None:
+    def _record_folded_reports(self, now: float) -> None:
+        """Record the reports folded by the rate limit whose window has ended."""
+        for worker in self.workers:
+            due = worker.agent.reports.due()
+            if due is not None and now >= due and not self.guard.holds(worker.task_id):
+                with self.guard.guarding(worker):
+                    self.guard.record(worker, partial(self._record_signals, worker, []))
+
+    def _start(self, task: Task, now: float) -> bool:
+        """Start a task's next attempt; False when a fault held it back (it stays queued)."""
         run = self.state.run
         agent = run.config.agents[task.agent]
         attempt = task.attempt + 1
@@ -194,37 +217,46 @@ class Leader:
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
                 worker = self._spawn(txn, launch, adapter, task.id, attempt)
-        except BaseException:
+        except BaseException as error:
             if worker is not None:
-                _discard(worker)
+                worker.discard()
+            if isinstance(error, Exception) and fault_of(error, SPAWN_FAULTS) is not None:
+                self.health.fault(f"starting {task.id}", error, now)
+                return False  # nothing was recorded: it stays queued for the retry
             raise
         if worker is None:
-            return
+            return True
         self.workers.add(worker)
-        self._heard(worker, adapter.start(self.state.task(task.id)))
+        with self.guard.guarding(worker):
+            self._heard(worker, adapter.start(self.state.task(task.id)))
+        return True
 
     def _spawn(
         self, txn: Txn, launch: spawn.Launch, adapter: Adapter, task_id: str, attempt: int
     ) -> WorkerProcess | None:
-        """Start a worker and record it in `txn`; None (and recorded) if it cannot start."""
+        """Start a worker and record it in `txn`; None (and recorded) if it cannot start. A
+        fault (no descriptor or process left for now) is raised, to be retried."""
         try:
             worker = start_worker(
                 launch, adapter, self.paths, task_id=task_id, attempt=attempt, now=time.monotonic()
             )
         except OSError as exc:
+            if fault_of(exc, SPAWN_FAULTS) is not None:
+                raise
             why = f"cannot start {launch.argv[0]}: {exc.strerror}"
             tasks.not_started(txn, task_id, attempt=attempt, why=why)
             return None
         try:
             tasks.start(txn, task_id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
         except BaseException:
-            _discard(worker)
+            worker.discard()
             raise
         return worker
 
     def output(self, worker: WorkerProcess, lines: list[bytes]) -> None:
-        """The worker printed something (Workers calls this)."""
+        """The worker printed something (Workers calls this): its log gets every byte."""
         self.view.printed(worker.task_id, clock.now())
+        self.guard.record(worker, worker.flush_log)
         reaction = Reaction()
         for raw in lines:
             reaction += worker.adapter.on_line(raw.decode("utf-8", errors="replace"))
@@ -234,14 +266,24 @@ class Leader:
         """Do what an adapter asked: write to the worker, record what it said."""
         if reaction.write:
             self.workers.write(worker, reaction.write)
-        if not signals.worth_recording(self.state.tasks.get(worker.task_id), reaction.signals):
-            return
+        self.guard.record(worker, partial(self._record_signals, worker, reaction.signals))
+
+    def _record_signals(
+        self, worker: WorkerProcess, said: list[Signal], final: bool = False
+    ) -> list[Step]:
+        """Record what a worker said (`final`: all it will say); then answer what an
+        autoRespond rule answers."""
+        now = time.monotonic()
+        agent = worker.agent.copy()  # what the record changes, kept once it is written
+        task = self.state.tasks.get(worker.task_id)
+        if not signals.worth_recording(task, said, agent, now=now, final=final):
+            return []
         with self.view.change() as txn:
             asked = signals.apply(
-                txn, worker.task_id, worker.attempt, worker.agent, reaction.signals
+                txn, worker.task_id, worker.attempt, agent, said, now=now, final=final
             )
-        for question in asked:
-            self._auto_respond(question)
+        worker.agent = agent
+        return [partial(self._auto_respond, question) for question in asked]
 
     def _auto_respond(self, question: SupervisorContact) -> None:
         """Answer a question an autoRespond rule matches, through the ordinary respond verb."""
@@ -259,9 +301,9 @@ class Leader:
                 epoch=self.epoch,
                 source=f"{MessageSource.AUTO_RESPOND}[{index}]",
             )
-        except StaleLeader:
-            raise
         except CrewError as exc:  # an answer that does not fit: leave the question open
+            if isinstance(exc, StaleLeader) or fault_of(exc) is not None:
+                raise
             with self.view.change() as txn:
                 txn.record(
                     EventType.SUPERVISOR_MALFORMED,
@@ -273,7 +315,14 @@ class Leader:
 
     def exited(self, worker: WorkerProcess, code: int) -> None:
         """The worker exited (Workers calls this): record how its attempt ended."""
-        last_output = self.view.take_output_time(worker.task_id)
+        self.health.degraded.freed(time.monotonic())
+        self.guard.record(
+            worker,
+            partial(self._record_signals, worker, [], True),
+            partial(self._record_exit, worker, code),
+        )
+
+    def _record_exit(self, worker: WorkerProcess, code: int) -> None:
         # The agent's own reason beats "exited with code 1" (claude exits 1 after a failed turn).
         failure = worker.agent.turn_error or (describe_exit(code) if code else None)
         with self.view.change() as txn:
@@ -283,8 +332,10 @@ class Leader:
                 worker.attempt,
                 exit_code=worker.exit_code,
                 failure=failure,
-                last_output_at=last_output,
+                last_output_at=self.view.output_time(worker.task_id),
             )
+        self.view.take_output_time(worker.task_id)
+        worker.close_log()
 
     def _stop_ended_workers(self, now: float) -> None:
         """Stop workers whose task ended under them (a cancel); kill those out of grace."""
@@ -296,7 +347,8 @@ class Leader:
                 or task.attempt != worker.attempt
             )
             if ended and not worker.stopping:
-                self.workers.stop(worker, now)
+                with self.guard.guarding(worker):
+                    self.workers.stop(worker, now)
         self.workers.escalate(now)
 
     def _time_out_run(self, now: float) -> None:
@@ -313,35 +365,44 @@ class Leader:
     # ------------------------------------------------------------------ delivery
 
     def _deliver(self) -> None:
-        """Give each live worker what is due to it, in the agent's own terms."""
+        """Give each live worker what is due to it, in the agent's own terms (not to one whose
+        writes a fault holds back: its delivery is not recorded yet)."""
         for worker in self.workers:
-            task = self.state.tasks.get(worker.task_id)
-            if task is None or task.status not in LIVE_TASK_STATUSES or worker.stdin_closed:
-                continue
-            if worker.to_write or worker.exited or worker.stopping:
-                continue
-            plain = worker.adapter.answers_only_while_asking
-            due = self.view.pending.due(task, answers_only_while_asking=plain)
-            if not due:
-                continue
-            reaction = Reaction()
-            for message in due:
-                reaction += worker.adapter.deliver(message)
-            worker.agent.turn_ended = False  # the agent has more to do
-            worker.in_flight = due
-            self.workers.write(worker, reaction.write)
-            if reaction.signals:
-                self._heard(worker, Reaction(signals=reaction.signals))
+            if not self.guard.holds(worker.task_id):
+                with self.guard.guarding(worker):
+                    self._deliver_to(worker)
+
+    def _deliver_to(self, worker: WorkerProcess) -> None:
+        task = self.state.tasks.get(worker.task_id)
+        if task is None or task.status not in LIVE_TASK_STATUSES or worker.stdin_closed:
+            return
+        if worker.to_write or worker.exited or worker.stopping:
+            return
+        plain = worker.adapter.answers_only_while_asking
+        due = self.view.pending.due(task, answers_only_while_asking=plain)
+        if not due:
+            return
+        reaction = Reaction()
+        for message in due:
+            reaction += worker.adapter.deliver(message)
+        worker.agent.turn_ended = False  # the agent has more to do
+        worker.in_flight = due
+        self.workers.write(worker, reaction.write)
+        if reaction.signals:
+            self._heard(worker, Reaction(signals=reaction.signals))
 
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """The worker's stdin took these messages (Workers calls this)."""
+        self.guard.record(worker, partial(self._record_delivery, worker.attempt, messages))
+
+    def _record_delivery(self, attempt: int, messages: list[MailboxMessage]) -> None:
         with self.view.change() as txn:
-            mailbox.deliver(txn, messages, attempt=worker.attempt)
+            mailbox.deliver(txn, messages, attempt=attempt)
 
     def _close_idle_agents(self, now: float) -> None:
         """Close the stdin of agents that are done, so that they exit (schedule.idle_close_at)."""
         for worker in self.workers:
-            if worker.stdin_closed:
+            if worker.stdin_closed or self.guard.holds(worker.task_id):
                 continue
             task = self.state.tasks.get(worker.task_id)
             waiting = self.view.pending.any_for(worker.task_id)
@@ -359,23 +420,27 @@ class Leader:
 
     def _monitor(self, now: float) -> float | None:
         """Apply the monitors to every live task; returns when to look again."""
-        checks: list[float] = []
+        checks: list[float | None] = []
         for worker in self.workers:
             task = self.state.tasks.get(worker.task_id)
             if task is None or task.status not in LIVE_TASK_STATUSES or worker.stopping:
                 continue
-            worker.clock.observe(task.status, now)
-            agent = self.state.run.config.agents[task.agent]
-            nudging = self.view.pending.any_for(task.id, MessageKind.NUDGE)
-            verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)
-            if verdict.action is not None:
-                self._act(worker, task, verdict, now)
-                # What was done is not in flight any more: judged again, a pending nudge.
-                task = self.state.task(task.id)
-                verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=True)
-            if verdict.next_check is not None:
-                checks.append(verdict.next_check)
-        return min(checks, default=None)
+            with self.guard.guarding(worker):
+                checks.append(self._judge(worker, task, now))
+        return min((c for c in checks if c is not None), default=None)
+
+    def _judge(self, worker: WorkerProcess, task: Task, now: float) -> float | None:
+        """Apply the monitors to one live task; returns when to look again."""
+        worker.clock.observe(task.status, now)
+        agent = self.state.run.config.agents[task.agent]
+        nudging = self.view.pending.any_for(task.id, MessageKind.NUDGE)
+        verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)
+        if verdict.action is not None:
+            self._act(worker, task, verdict, now)
+            # What was done is not in flight any more: judged again, a pending nudge.
+            task = self.state.task(task.id)
+            verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=True)
+        return verdict.next_check
 
     def _act(
         self, worker: WorkerProcess, task: Task, verdict: monitors.Verdict, now: float
@@ -404,58 +469,27 @@ class Leader:
     def _interrupt(self) -> ExitCode:
         """Stop leading: workers get EOF on stdin, then SIGTERM, then SIGKILL; tasks stay live so
         `crew resume` can continue the run."""
-        with contextlib.suppress(StaleLeader, StoreError), self.view.change() as txn:
-            txn.record(
-                EventType.LEADER_STOPPED,
-                message=f"leader pid {os.getpid()} stopped ({self._stop}); "
-                f"`crew resume {self.store.run_id}` continues the run",
-                data={"reason": self._stop},
-            )
-        self.lease = stop(self.paths, self.lease, f"interrupted by {self._stop}")
+        self.health.stopped(f"{self._stop}")
         self.wakeups.quiet()
         self.workers.stop_all()
         self.view.report_events()
         return ExitCode.INTERRUPTED
 
     def _crashed(self, error: Exception) -> LeaderCrashed:
-        """The leader cannot go on: say why wherever a person will look — an event, leader.json,
-        the traceback in the leader log — and stop the workers; the run stays resumable. Each
-        step is tried on its own: the error may be the very disk they write to."""
-        run_id = self.store.run_id
-        reason = f"{type(error).__name__}: {short(str(error), 300)}"
-        log = self.paths.leader_log
-        with (
-            contextlib.suppress(Exception),
-            os.fdopen(open_fd(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a") as handle,
-        ):
-            handle.write(f"{clock.now()} the leader (pid {os.getpid()}) crashed:\n")
-            traceback.print_exception(error, file=handle)
-        with contextlib.suppress(Exception), self.view.change() as txn:
-            txn.record(
-                EventType.LEADER_CRASHED,
-                message=f"leader pid {os.getpid()} crashed ({reason}); `crew resume {run_id}` "
-                "continues the run",
-                data={"reason": reason, "log": str(log)},
-            )
-        with contextlib.suppress(Exception):
-            self.lease = stop(self.paths, self.lease, f"crashed: {reason}")
+        """The leader cannot go on: say why (Health.crashed) and stop the workers; the run stays
+        resumable."""
+        crashed = self.health.crashed(error)
         with contextlib.suppress(Exception):
             self.wakeups.quiet()
             self.workers.stop_all()
-        return LeaderCrashed(
-            f"The leader of run {run_id} crashed ({reason}); its workers were stopped.",
-            hint=f"`crew resume {run_id}` continues the run; the traceback is in {log}.",
-        )
+        return crashed
 
     def _close(self) -> None:
         for worker in self.workers:
             self.workers.forget(worker)
+            worker.close_log(flush=True)
+        for worker in self.guard.held_workers():
+            worker.close_log(flush=True)
+        self.health.close()
         self.wakeups.close()
         self._selector.close()
-
-
-def _discard(worker: WorkerProcess) -> None:
-    """Kill a worker whose start could not be recorded: nothing may run unrecorded."""
-    worker.signal(signal.SIGKILL)
-    worker.wait()
-    worker.close()

@@ -2,8 +2,11 @@
 exit, and stopping them. One WorkerProcess per live attempt; the leader's loop registers its
 descriptors with its selector and calls back here when one is ready.
 
-A worker's output goes to its log exactly as received. Messages written to its stdin are
-`in_flight` until the pipe has taken every byte; only then are they recorded as delivered.
+A worker's output goes to its log exactly as received (what a full disk keeps out waits in
+`unlogged`, in order). Messages written to its stdin are `in_flight` until the pipe has taken
+every byte; only then are they recorded as delivered. A worker can be paused: its output and exit
+are not looked at until it is resumed (the leader pauses a worker whose writes a fault holds back;
+the worker blocks once its pipe is full, and its exit waits).
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from crew import faults
-from crew.adapters.base import Adapter
+from crew.adapters.base import Adapter, Reaction
 from crew.leader import monitors, spawn
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
 from crew.procs import signal_group
-from crew.store.files import open_fd, write_all
+from crew.store.files import open_fd
 
 _READ = 65536
 #: How long a worker gets between SIGTERM and SIGKILL, and to exit once its stdin is closed.
@@ -80,6 +83,10 @@ class WorkerProcess:
     in_flight: list[MailboxMessage] = field(default_factory=list)
     stdin_closed: bool = False
     open_streams: int = 2
+    #: Output read but not yet in the log (the disk could not take it yet).
+    unlogged: bytearray = field(default_factory=bytearray)
+    #: While paused, the selector registrations set aside (see Workers.pause).
+    paused: list[tuple[object, int, object]] | None = None
     exit_code: int | None = None
     #: When an idle agent's stdin gets closed (agent `keepOpen`), once its turn has ended.
     close_at: float | None = None
@@ -109,7 +116,8 @@ class WorkerProcess:
         return found
 
     def read(self, fd: int) -> bytes | None:
-        """Read what `fd` has and log it; None at the end of the stream."""
+        """Read what `fd` has (it waits in `unlogged` for `flush_log`); None at the end of the
+        stream."""
         try:
             data = os.read(fd, _READ)
         except BlockingIOError:
@@ -118,8 +126,15 @@ class WorkerProcess:
             data = b""
         if not data:
             return None
-        write_all(self.log_fd, data)
+        self.unlogged += data
         return data
+
+    def flush_log(self) -> None:
+        """Append what was read to the task's log. An OSError (a full disk) leaves what was not
+        written in `unlogged`, for the next call."""
+        while self.unlogged:
+            written = os.write(self.log_fd, self.unlogged)
+            del self.unlogged[:written]
 
     def drain(self, *, parse: bool) -> list[bytes]:
         """Once it has exited: log what its pipes still hold; the complete stdout lines."""
@@ -127,10 +142,7 @@ class WorkerProcess:
         stdout = self.process.stdout
         for fd in self.streams():
             while True:
-                try:
-                    data = self.read(fd)
-                except OSError:
-                    break
+                data = self.read(fd)
                 if not data:  # end of stream, or a grandchild still holds the pipe open
                     break
                 if parse and stdout is not None and fd == stdout.fileno():
@@ -184,7 +196,8 @@ class WorkerProcess:
         return code
 
     def close(self) -> None:
-        """Close every descriptor the leader holds for it."""
+        """Close the descriptors the leader holds for the process (its log stays open until
+        `close_log`: what a fault kept out of it may still be written)."""
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -192,7 +205,23 @@ class WorkerProcess:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+
+    def discard(self) -> None:
+        """Kill it: its start could not be recorded, and nothing may run unrecorded."""
+        self.signal(signal.SIGKILL)
+        self.wait()
+        self.close()
+        self.close_log()
+
+    def close_log(self, *, flush: bool = False) -> None:
+        """Close its log (`flush`: after writing what it can of `unlogged`)."""
+        if self.log_fd < 0:
+            return
+        if flush:
+            with contextlib.suppress(OSError):
+                self.flush_log()
         os.close(self.log_fd)
+        self.log_fd = -1
 
 
 class Listener(Protocol):
@@ -249,6 +278,28 @@ class Workers:
         else:
             self._readable(worker, fd, parse=kind == "out")
 
+    def pause(self, worker: WorkerProcess) -> None:
+        """Stop looking at a worker's output and exit until `resume` (its stdin is still
+        written: what is in flight completes)."""
+        if worker.paused is not None:
+            return
+        keys = [
+            key
+            for key in self._selector.get_map().values()
+            if key.data[1] is worker and key.data[0] != "in"
+        ]
+        for key in keys:
+            self._selector.unregister(key.fileobj)
+        worker.paused = [(key.fileobj, key.events, key.data) for key in keys]
+
+    def resume(self, worker: WorkerProcess) -> None:
+        """Look at a paused worker's output and exit again (what came meanwhile is there)."""
+        held, worker.paused = worker.paused, None
+        if held is None or self._by_task.get(worker.task_id) is not worker:
+            return
+        for fileobj, events, data in held:
+            self._selector.register(fileobj, events, data)  # type: ignore[arg-type]  # as it was
+
     def write(self, worker: WorkerProcess, data: bytes) -> None:
         """Write to a worker's stdin (what the pipe cannot take now waits for it to drain)."""
         stdin = worker.process.stdin
@@ -270,8 +321,14 @@ class Workers:
 
     def stop(self, worker: WorkerProcess, now: float, grace: float = STOP_GRACE) -> None:
         """Stop a worker: an agent is first interrupted in its own protocol and given a moment
-        to wind down; then SIGTERM; then SIGKILL after `grace`."""
-        interrupt = worker.adapter.interrupt()
+        to wind down; then SIGTERM; then SIGKILL after `grace`. A worker already reaped is left
+        alone (its pid may be another process's now)."""
+        if worker.exited:
+            return
+        try:
+            interrupt = worker.adapter.interrupt()
+        except Exception:  # a broken adapter must not keep its worker from being stopped
+            interrupt = Reaction()
         if interrupt.write and not worker.stdin_closed and not worker.exited:
             with contextlib.suppress(OSError):
                 self.write(worker, interrupt.write)
@@ -301,6 +358,7 @@ class Workers:
         """Stop leading: workers get the end of their input, then SIGTERM, then SIGKILL. Their
         last output is logged; nothing is reported."""
         for worker in self:
+            self.resume(worker)
             self.close_stdin(worker)
         self._await_exits(time.monotonic() + grace)
         for worker in self:
@@ -310,6 +368,7 @@ class Workers:
             worker.signal(signal.SIGKILL)
             worker.wait()
             self.forget(worker)
+            worker.close_log(flush=True)
 
     def abandon(self) -> None:
         """Fenced out: leave the workers to the new leader (their input ends)."""
@@ -317,7 +376,8 @@ class Workers:
             self.close_stdin(worker)
 
     def forget(self, worker: WorkerProcess) -> None:
-        """Stop watching a worker and close what the leader holds of it."""
+        """Stop watching a worker and close what the leader holds of its process (its log is
+        closed with `close_log`, once what it read is written)."""
         for stream in (worker.process.stdin, worker.process.stdout, worker.process.stderr):
             if stream is not None:
                 self._unregister(stream)
@@ -341,7 +401,7 @@ class Workers:
     def _reap(self, worker: WorkerProcess) -> None:
         code = worker.wait()
         lines = worker.drain(parse=True) + worker.lines.rest()
-        if lines:
+        if lines or worker.unlogged:
             self._listener.output(worker, lines)
         self.forget(worker)
         self._listener.exited(worker, code)
@@ -357,10 +417,15 @@ class Workers:
                     worker.wait()
                     worker.drain(parse=False)
                     self.forget(worker)
+                    worker.close_log(flush=True)
+                if worker is not None and worker.log_fd >= 0:
+                    with contextlib.suppress(OSError):  # stopping: the log gets what it can
+                        worker.flush_log()
             for worker in self:
                 if worker.pidfd is None and worker.process.poll() is not None:
                     worker.drain(parse=False)
                     self.forget(worker)
+                    worker.close_log(flush=True)
 
     def _unregister(self, target: int | object) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -376,9 +441,14 @@ def start_worker(
     attempt: int,
     now: float,
 ) -> WorkerProcess:
-    """Start one attempt's worker (OSError when its command cannot be started)."""
-    process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+    """Start one attempt's worker (OSError when its command cannot be started, or its log not
+    opened: then nothing was started)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+    except BaseException:
+        os.close(log_fd)
+        raise
     worker = WorkerProcess(
         task_id,
         attempt,

@@ -8,14 +8,16 @@ here starts or reads a process, so it is tested with a store and no worker at al
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crew import ids
-from crew.adapters.base import AgentError, SessionStarted, Signal, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, SessionStarted, Signal, TurnEnd, Withdrawn, bounded
 from crew.config import AutoRespondRule
 from crew.domain import mailbox, tasks
+from crew.leader.throttle import ReportThrottle
 from crew.models import SupervisorContact, Task
 from crew.protocol import Ack, CheckpointRecord, Contact, DecisionRecord, Malformed, Report
 from crew.registry import LIVE_TASK_STATUSES, EventType
@@ -37,31 +39,73 @@ class AgentState:
     fatal: bool = False
     #: Malformed `@supervisor` lines so far.
     malformed: int = 0
+    #: Its reports in the current window of the rate limit.
+    reports: ReportThrottle = field(default_factory=ReportThrottle)
+
+    def copy(self) -> AgentState:
+        """A copy to record with: it replaces this state once the record is written."""
+        return replace(self, reports=replace(self.reports))
 
 
-def worth_recording(task: Task | None, said: list[Signal]) -> bool:
-    """Whether a transaction is needed: the worker said something, or its output answers
-    automatic nudges."""
-    return bool(said) or (task is not None and task.nudges > 0)
+def worth_recording(
+    task: Task | None,
+    said: list[Signal],
+    agent: AgentState | None = None,
+    *,
+    now: float = 0.0,
+    final: bool = False,
+) -> bool:
+    """Whether a transaction is needed: the worker said something, its output answers automatic
+    nudges, or folded reports are due (at monotonic time `now`)."""
+    due = agent.reports.due() if agent is not None else None
+    return (
+        bool(said)
+        or (task is not None and task.nudges > 0)
+        or (due is not None and (final or now >= due))
+    )
 
 
 def apply(
-    txn: Txn, task_id: str, attempt: int, agent: AgentState, said: list[Signal]
+    txn: Txn,
+    task_id: str,
+    attempt: int,
+    agent: AgentState,
+    said: list[Signal],
+    *,
+    now: float | None = None,
+    final: bool = False,
 ) -> list[SupervisorContact]:
-    """Record what the worker of `attempt` said; returns the questions it asked.
+    """Record what the worker of `attempt` said (within crew's bounds, reports rate-limited,
+    at monotonic time `now`, by default the present; `final`: its output has ended); returns
+    the questions it asked.
 
     Nothing is recorded for a task that has ended or moved on to another attempt meanwhile.
     """
+    now = time.monotonic() if now is None else now
     task = txn.task(task_id)
     if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
         return []
     tasks.active(txn, task_id)  # any output answers automatic nudges
+    _record_folded(txn, task_id, agent, now)
     asked: list[SupervisorContact] = []
-    for item in said:
+    for item in map(bounded, said):
+        if isinstance(item, Report) and not agent.reports.admit(item, now):
+            continue
         question = _HANDLERS[type(item)](txn, task_id, agent, item)
         if question is not None:
             asked.append(question)
+    if final:
+        _record_folded(txn, task_id, agent, now, final=True)
     return asked
+
+
+def _record_folded(
+    txn: Txn, task_id: str, agent: AgentState, now: float, *, final: bool = False
+) -> None:
+    folded = agent.reports.summary(now, final=final)
+    if folded is not None:
+        report = folded.latest
+        mailbox.report(txn, task_id, report.type, report.text, folded=folded.count)
 
 
 def auto_answer(
@@ -126,7 +170,7 @@ def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> No
             EventType.SUPERVISOR_MALFORMED,
             task_id=task_id,
             message=f"{task_id} printed a malformed @supervisor line: {item.reason}",
-            data={"reason": item.reason, "count": agent.malformed},
+            data={"reason": item.reason, "excerpt": item.excerpt, "count": agent.malformed},
         )
 
 

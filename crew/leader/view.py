@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from crew import domain
+from crew.errors import StoreError
 from crew.leader.schedule import Pending
 from crew.models import Event, MailboxMessage
 from crew.registry import INBOUND_BOXES
@@ -36,13 +37,23 @@ class RunView:
         #: Workers' latest output times (task id -> timestamp), not yet in tasks.json.
         self._output_times: dict[str, str] = {}
         self._next_flush = 0.0
+        #: A change that reached the event log while the files that mirror it could not be
+        #: written (a full disk): the next change completes them.
+        self._incomplete: StoreError | None = None
 
     @contextmanager
     def change(self) -> Iterator[Txn]:
         """A transaction fenced by the leader's epoch (a leader taken over writes nothing);
-        once it commits, its state and mailbox lines are what the leader knows."""
-        with domain.change(self.store, epoch=self.epoch) as txn:
-            yield txn
+        once it commits, its state and mailbox lines are what the leader knows. A change that
+        reached the event log is made, even if the files that mirror it could not be written
+        (see `take_incomplete`)."""
+        try:
+            with domain.change(self.store, epoch=self.epoch) as txn:
+                yield txn
+        except StoreError as error:
+            if not error.committed:
+                raise
+            self._incomplete = error
         self.state = txn.state
         for message in txn.staged_mail():
             self.pending.adopt(message)
@@ -85,8 +96,17 @@ class RunView:
         """A worker printed something at `at`."""
         self._output_times[task_id] = at
 
-    def take_output_time(self, task_id: str) -> str | None:
+    def take_incomplete(self) -> StoreError | None:
+        """The error of a change made whose mirror files lag behind, if any (once)."""
+        error, self._incomplete = self._incomplete, None
+        return error
+
+    def output_time(self, task_id: str) -> str | None:
         """The worker's last output time not yet written (its exit records it)."""
+        return self._output_times.get(task_id)
+
+    def take_output_time(self, task_id: str) -> str | None:
+        """The worker's last output time not yet written, forgotten: it was."""
         return self._output_times.pop(task_id, None)
 
     def next_flush(self) -> float | None:
@@ -99,7 +119,11 @@ class RunView:
             return
         times, self._output_times = self._output_times, {}
         self._next_flush = now + FLUSH_EVERY
-        with self.change() as txn:
-            for task_id, at in times.items():
-                if task_id in txn.state.tasks:
-                    txn.refresh(task_id, last_output_at=at)
+        try:
+            with self.change() as txn:
+                for task_id, at in times.items():
+                    if task_id in txn.state.tasks:
+                        txn.refresh(task_id, last_output_at=at)
+        except BaseException:  # kept for the next flush (newer times win)
+            self._output_times = {**times, **self._output_times}
+            raise

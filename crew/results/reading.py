@@ -73,6 +73,8 @@ class StatusReport(Result):
             leader.update(pid=info.pid, host=info.host, heartbeatAt=info.heartbeat_at)
             if info.stopped_reason:
                 leader["stoppedReason"] = info.stopped_reason
+            if info.degraded:
+                leader["degraded"] = info.degraded
         if self.leader_log is not None:
             leader["log"] = self.leader_log
         return {
