@@ -118,17 +118,21 @@ class Health:
         if self.degraded.reason != before:
             self.update()
 
-    def settle(self, now: float, *, retrying: bool, held: bool) -> None:
+    def settle(self, now: float, *, retrying: bool, held: bool, failed: bool) -> None:
         """At the end of a turn that went through: a degraded leader says so in the event log
-        once it can; after a retry that left nothing `held` back, it has recovered."""
+        once it can. It has recovered when nothing is `held` back and the turn was a retry that
+        met no fault (`failed`), or when all it waited for was the run lock (it has it now)."""
         state = self.degraded
         incomplete = self.view.take_incomplete()
         if incomplete is not None:  # the log has a change whose other files lag behind
             self.fault("completing a write", incomplete, now)
             return
-        if not state.active or not retrying:
+        waited_for_lock = state.errno is None
+        if not state.active or not (retrying or waited_for_lock):
             return
-        recovered = not held
+        recovered = not held and (waited_for_lock or not failed)
+        if state.announced and not recovered:
+            return
         try:
             with self.view.change() as txn:
                 if not state.announced:

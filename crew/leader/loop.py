@@ -135,6 +135,7 @@ class Leader:
         """Read what changed, start what is ready, deliver what is due, close agents that are
         done, apply the monitors; the exit code once the run has ended."""
         retrying = self.health.degraded.due(now)
+        faults_before = self.health.degraded.faults
         if retrying:
             self.guard.retry()
         if self._dirty:
@@ -153,7 +154,8 @@ class Leader:
         self._record_folded_reports(now)
         self.view.flush_output_times(now)
         self.view.report_events()
-        self.health.settle(now, retrying=retrying, held=bool(self.guard))
+        failed = self.health.degraded.faults > faults_before
+        self.health.settle(now, retrying=retrying, held=bool(self.guard), failed=failed)
         if self.state.run.status.terminal and not len(self.workers) and not self.guard:
             release(self.paths, self.health.lease)
             return self._outcome()
