@@ -12,7 +12,9 @@ first) it passes `<point>`. Points are named after what was just done:
     deliver           after the leader wrote messages to a worker's stdin, before recording it
     enospc:<file>     not a crash: the append fails as if the disk were full
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
-                      leader's loop)
+                      leader's loop; `raise:worker`: as the leader handles a worker's output)
+    emfile:<place>    not a crash: an OSError, no file descriptor left (`emfile:spawn`: as a
+                      worker is started)
     interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above
     stop:<point>      not a crash: SIGSTOP at any of the points above, as a hung process (stuck
                       in I/O, paused) would stay there, holding what it holds
@@ -22,6 +24,7 @@ Unset (always, outside tests), it costs one dictionary lookup per write.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -57,6 +60,13 @@ def fail_at(place: str) -> None:
     """Raise here, as a bug would, if `raise:<place>` is armed for this pass."""
     if armed(f"raise:{place}"):
         raise RuntimeError(f"injected failure at {place}")
+
+
+def out_of_files_at(place: str) -> None:
+    """Fail here with EMFILE, as a process out of file descriptors would, if `emfile:<place>`
+    is armed for this pass."""
+    if armed(f"emfile:{place}"):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
 
 def crash_at(point: str) -> None:

@@ -259,6 +259,7 @@ class Leader:
         """The worker printed something (Workers calls this): its log gets every byte."""
         self.view.printed(worker.task_id, clock.now())
         self.guard.record(worker, worker.flush_log)
+        faults.fail_at("worker")
         reaction = Reaction()
         for raw in lines:
             reaction += worker.adapter.on_line(raw.decode("utf-8", errors="replace"))

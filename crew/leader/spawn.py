@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from crew import env, ids
+from crew import env, faults, ids
 from crew.adapters.base import Adapter
 from crew.config import AgentConfig
 from crew.models import Run, Task
@@ -86,6 +86,7 @@ def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
 
     Raises OSError (e.g. FileNotFoundError) when the command cannot be started.
     """
+    faults.out_of_files_at("spawn")
     process = subprocess.Popen(
         launch.argv,
         cwd=launch.cwd,
