@@ -9,6 +9,8 @@ The script is the task's prompt: steps separated by " ; ", each `verb` or `verb:
     drain             read stdin until EOF, printing `got …` for each line, then exit 0
     await:TYPE        read (and ack) frames until one of TYPE has arrived (or already had)
     hang              ignore SIGTERM and sleep for a minute
+    until:PATH        wait until the file PATH exists (a test's go-ahead)
+    hostile:COUNT     become hostile.py: COUNT hostile lines, then exit 0
 The worker prints `attempt N` first.
 """
 
@@ -51,6 +53,12 @@ def main() -> None:
                 if frame is not None:
                     print(f"@supervisor ack: {frame['id']}", flush=True)
                     seen.add(frame["type"])
+        elif verb == "until":
+            while not os.path.exists(arg):
+                time.sleep(0.01)
+        elif verb == "hostile":
+            hostile = os.path.join(os.path.dirname(__file__), "hostile.py")
+            os.execv(sys.executable, [sys.executable, hostile, arg])
         elif verb == "hang":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             time.sleep(60)

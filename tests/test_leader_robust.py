@@ -1,0 +1,282 @@
+"""The leader survives whatever a worker prints, and faults degrade it instead of stopping it.
+
+Real leaders and workers: hostile output, a bug while handling one worker, a full disk (a real
+tmpfs when this machine lets the test mount one), a run lock held for long, no file descriptor
+left at a spawn, a flood of progress lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import verbs
+from crew.leader.throttle import REPORTS_PER_WINDOW
+from crew.models import Event, LeaderInfo
+from crew.paths import Home
+from crew.registry import Box, EventType, MessageKind, MessageStatus, RunStatus, TaskStatus
+from crew.store import jsonl
+from crew.store.lock import locked
+from crew.store.runstore import RunStore
+from crew.views import run_status
+
+#: How late a heartbeat may be: it is due every second.
+LATE = 1.0
+
+
+def events_of(store: RunStore) -> list[Event]:
+    read = jsonl.read(store.paths.events, Event)
+    assert not read.bad, read.bad  # whatever crew wrote, crew reads back
+    return read.records
+
+
+def of_type(store: RunStore, kind: EventType) -> list[Event]:
+    return [e for e in events_of(store) if e.type is kind]
+
+
+def _seconds(at: str) -> float:
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+class Heartbeats:
+    """Reads leader.json as often as it changes, in a thread: the heartbeats seen."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.seen: list[float] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            with contextlib.suppress(OSError, ValueError):
+                info = LeaderInfo.model_validate_json(self._path.read_bytes())
+                at = _seconds(info.heartbeat_at)
+                if not self.seen or at != self.seen[-1]:
+                    self.seen.append(at)
+
+    def stop(self) -> float:
+        """The longest gap between two heartbeats seen."""
+        self._done.set()
+        self._thread.join()
+        gaps = [b - a for a, b in zip(self.seen, self.seen[1:], strict=False)]
+        return max(gaps, default=0.0)
+
+
+@contextlib.contextmanager
+def heartbeats(store: RunStore) -> Iterator[Heartbeats]:
+    eventually(store.paths.leader.exists)
+    watch = Heartbeats(store.paths.leader)
+    try:
+        yield watch
+    finally:
+        watch.stop()
+
+
+# ----------------------------------------------------------------------------- hostile output
+
+
+def test_hostile_output_leaves_the_leader_up_beating_and_steering_the_others(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "hostile", "prompt": "hostile:100000", "maxAttempts": 3},
+            {"id": "steered", "prompt": "read ; ack ; read ; ack ; read ; ack ; exit:0"},
+        ],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    with heartbeats(store) as watch:
+        eventually(lambda: store.state().tasks["steered"].status is TaskStatus.RUNNING)
+        for n in range(3):
+            verbs.steer(store, "steered", f"steer {n}", session=SESSION)
+        assert leader.finish(timeout=60) == 0, leader.err
+        longest = watch.stop()
+
+    assert longest <= 1.0 + LATE, f"a heartbeat came {longest:.2f}s after the one before"
+    state = store.state()
+    assert state.run.status is RunStatus.COMPLETED
+    # The innocent task ran once: nothing it printed failed it or stopped the leader.
+    assert state.tasks["hostile"].attempt == 1 and state.tasks["hostile"].failures == 0
+    steers = [m for m in store.messages() if m.task_id == "steered" and m.kind is MessageKind.STEER]
+    assert [m.status for m in steers] == [MessageStatus.ACKNOWLEDGED] * 3
+    malformed = of_type(store, EventType.SUPERVISOR_MALFORMED)
+    reasons = " ".join(str(e.data) for e in malformed)
+    for why in ("deeper than", "characters (the limit", "50000 options (at most"):
+        assert why in reasons, why
+    assert all(e.data and len(e.data["excerpt"]) <= 80 for e in malformed)
+    assert len(of_type(store, EventType.SUPERVISOR_REPORT)) < 100  # ~21,000 reports printed
+    assert store.paths.log("hostile").stat().st_size > 6 * 1024 * 1024  # the log has every byte
+
+
+def test_a_bug_handling_one_worker_fails_its_task_and_the_others_go_on(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(
+        tmp_path,
+        [
+            {"id": "first", "prompt": "say:hello ; sleep:0.2 ; exit:0"},
+            {"id": "second", "prompt": f"until:{tmp_path / 'go'} ; say:done ; exit:0"},
+        ],
+    )
+    os.environ["CREW_FAULT"] = "raise:worker"  # the first output the leader handles
+    try:
+        leader = Leader("run", "crew.toml", cwd=tmp_path)
+    finally:
+        del os.environ["CREW_FAULT"]
+    store = store_of(home, leader.run_id)
+    failed = eventually(
+        lambda: [t for t in store.state().tasks.values() if t.status is TaskStatus.FAILED]
+    )
+    (tmp_path / "go").touch()
+
+    assert leader.finish() == 1, leader.err
+    (bad,) = failed
+    other = "second" if bad.id == "first" else "first"
+    state = store.state()
+    assert state.tasks[other].status is TaskStatus.COMPLETED
+    assert bad.error is not None and "RuntimeError: injected failure at worker" in bad.error
+    log = store.paths.leader_log.read_text()
+    assert "Traceback" in log and "injected failure at worker" in log
+    assert not of_type(store, EventType.LEADER_CRASHED)
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def test_a_progress_flood_is_folded_in_the_event_log_and_kept_whole_in_the_log(
+    tmp_path: Path, home: Home
+) -> None:
+    flood = "import sys\nfor i in range(20000): print(f'@supervisor progress: {i}')"
+    (tmp_path / "flood.py").write_text(flood)
+    write_crew(tmp_path, [{"id": "flood", "prompt": "flood.py"}], command=["python3", "{prompt}"])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    assert leader.finish() == 0, leader.err
+    reports = [m for m in store.messages(Box.OUTBOX) if m.task_id == "flood"]
+    assert REPORTS_PER_WINDOW <= len(reports) <= 3 * REPORTS_PER_WINDOW
+    folded = sum(int((m.data or {}).get("folded", 0)) for m in reports)
+    assert folded + sum(1 for m in reports if not (m.data or {}).get("folded")) == 20000
+    assert reports[-1].body == "19999"  # the latest is never lost
+    assert len(events_of(store)) < 100
+    assert store.paths.log("flood").read_text().count("@supervisor progress:") == 20000
+
+
+def test_a_spawn_out_of_file_descriptors_is_retried_not_failed(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "only", "prompt": "say:hi ; exit:0"}])
+    os.environ["CREW_FAULT"] = "emfile:spawn"
+    try:
+        leader = Leader("run", "crew.toml", cwd=tmp_path)
+    finally:
+        del os.environ["CREW_FAULT"]
+    store = store_of(home, leader.run_id)
+
+    assert leader.finish() == 0, leader.err
+    task = store.state().tasks["only"]
+    assert task.status is TaskStatus.COMPLETED and task.attempt == 1 and task.failures == 0
+    (degraded,) = of_type(store, EventType.LEADER_DEGRADED)
+    assert degraded.data is not None and "EMFILE" in degraded.data["reason"]
+    assert of_type(store, EventType.LEADER_RECOVERED)
+
+
+def test_a_run_lock_held_for_long_is_waited_for_with_the_heartbeat_going(
+    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_crew(tmp_path, [{"id": "only", "prompt": f"until:{tmp_path / 'go'} ; say:done ; exit:0"}])
+    monkeypatch.setenv("CREW_LOCK_TIMEOUT", "0.5")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["only"].status is TaskStatus.RUNNING)
+
+    with heartbeats(store) as watch, locked(store.paths.lock, timeout=5):
+        (tmp_path / "go").touch()  # the leader needs the lock to record what it prints
+        eventually(lambda: len(watch.seen) >= 4)  # 3 s: six times the lock timeout
+        info = LeaderInfo.model_validate_json(store.paths.leader.read_bytes())
+        assert leader.process.poll() is None
+        assert info.degraded is not None and "run lock" in info.degraded
+        assert "the leader is degraded" in " ".join(run_status(store).run_warnings)
+    longest = watch.stop()
+
+    assert leader.finish() == 0, leader.err
+    assert longest <= 1.0 + LATE
+    assert of_type(store, EventType.LEADER_DEGRADED) and of_type(store, EventType.LEADER_RECOVERED)
+    assert "run lock" in store.paths.leader_log.read_text()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A 4 MiB tmpfs as CREW_HOME (root only; skipped where it cannot be mounted)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    (mount / ".crew").mkdir()
+    monkeypatch.setenv("CREW_HOME", str(mount / ".crew"))
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Fill `disk` to the last byte; the file that fills it."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 1):  # down to the last byte of a partial block
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_under_a_live_run_holds_the_delivery_back_until_it_clears(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "only", "prompt": f"until:{tmp_path / 'go'} ; read ; ack ; read ; ack ; exit:0"}],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(Home(small_disk / ".crew"), leader.run_id)
+    eventually(lambda: store.state().tasks["only"].status is TaskStatus.RUNNING)
+    # More than a pipe holds: their delivery is recorded only once the worker reads them.
+    body = "x" * 60_000
+    sent = [verbs.steer(store, "only", body, session=SESSION).message.id for _ in range(2)]
+
+    filler = fill(small_disk)
+    (tmp_path / "go").touch()
+    eventually(lambda: LeaderInfo.model_validate_json(store.paths.leader.read_bytes()).degraded)
+    assert "No space left on device" in " ".join(run_status(store).run_warnings)
+    assert leader.process.poll() is None
+    filler.unlink()
+
+    assert leader.finish() == 0, leader.err
+    steers = [m for m in store.messages() if m.id in sent]
+    assert [m.status for m in steers] == [MessageStatus.ACKNOWLEDGED] * 2
+    assert all(m.body == body for m in steers)
+    degraded = of_type(store, EventType.LEADER_DEGRADED)
+    assert degraded and "ENOSPC" in json.dumps(degraded[0].data)
+    assert of_type(store, EventType.LEADER_RECOVERED)
