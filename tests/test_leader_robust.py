@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -49,11 +50,13 @@ def _seconds(at: str) -> float:
 
 
 class Heartbeats:
-    """Reads leader.json as often as it changes, in a thread: the heartbeats seen."""
+    """Reads leader.json every 50 ms, in a thread: the heartbeats seen, and how old the latest
+    one ever was when read (it is due every second)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self.seen: list[float] = []
+        self.oldest = 0.0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -62,16 +65,20 @@ class Heartbeats:
         while not self._done.wait(0.05):
             with contextlib.suppress(OSError, ValueError):
                 info = LeaderInfo.model_validate_json(self._path.read_bytes())
+                if info.stopped_reason is not None:
+                    continue
                 at = _seconds(info.heartbeat_at)
+                self.oldest = max(self.oldest, time.time() - at)
                 if not self.seen or at != self.seen[-1]:
                     self.seen.append(at)
 
     def stop(self) -> float:
-        """The longest gap between two heartbeats seen."""
+        """How late the heartbeat ever was: the longest gap between two heartbeats seen, or the
+        age of the latest one when it was read, whichever is longer."""
         self._done.set()
         self._thread.join()
         gaps = [b - a for a, b in zip(self.seen, self.seen[1:], strict=False)]
-        return max(gaps, default=0.0)
+        return max([self.oldest, *gaps])
 
 
 @contextlib.contextmanager
