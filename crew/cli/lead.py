@@ -182,17 +182,22 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the task has ended.")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="The bytes exactly as received, even on a terminal (where control sequences "
+            "other than colours are otherwise shown as text).",
+        ),
+    ] = False,
     home: HomeOption = None,
 ) -> None:
-    """Print a worker's output (stdout and stderr, as received)."""
+    """Print a worker's output (stdout and stderr, as received; made safe on a terminal)."""
     from crew.ids import check_task_id
+    from crew.render import show_output
     from crew.streams import follow_log
 
     check_task_id(task)
     store = open_run(run, home)
     store.state().task(task)  # NotFound for a task the run does not have
-    out = sys.stdout.buffer
-    for chunk in follow_log(store, task, follow=follow):
-        out.write(chunk)
-        if follow:
-            out.flush()
+    show_output(follow_log(store, task, follow=follow), raw=raw, flush=follow)
