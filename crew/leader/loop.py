@@ -20,6 +20,7 @@ import traceback
 from crew import clock, faults, verbs
 from crew.adapters import adapter_for
 from crew.adapters.base import Adapter, Reaction
+from crew.config import HEARTBEAT_INTERVAL
 from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import beat, release, stop, write_lease
 from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader, StoreError
@@ -40,8 +41,6 @@ from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
 from crew.text import short
-
-HEARTBEAT = 1.0
 
 
 class Leader:
@@ -108,7 +107,7 @@ class Leader:
                 return self._interrupt()
             if now >= self._next_beat:
                 self._heartbeat()
-                self._next_beat = now + HEARTBEAT
+                self._next_beat = now + HEARTBEAT_INTERVAL
             if self._dirty:
                 self._dirty = False
                 self.view.refresh()
@@ -184,16 +183,14 @@ class Leader:
 
     def _start(self, task: Task) -> None:
         run = self.state.run
-        agent = run.config.agents[task.agent]
         attempt = task.attempt + 1
-        adapter = adapter_for(agent)
-        launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
+        adapter = adapter_for(run.config.agents[task.agent])
         worker: WorkerProcess | None = None
         try:
             # Started under the run lock: the worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
-                worker = self._spawn(txn, launch, adapter, task.id, attempt)
+                worker = self._spawn(txn, task, adapter, attempt)
         except BaseException:
             if worker is not None:
                 _discard(worker)
@@ -203,20 +200,20 @@ class Leader:
         self.workers.add(worker)
         self._heard(worker, adapter.start(self.state.task(task.id)))
 
-    def _spawn(
-        self, txn: Txn, launch: spawn.Launch, adapter: Adapter, task_id: str, attempt: int
-    ) -> WorkerProcess | None:
+    def _spawn(self, txn: Txn, task: Task, adapter: Adapter, attempt: int) -> WorkerProcess | None:
         """Start a worker and record it in `txn`; None (and recorded) if it cannot start."""
+        run = txn.run
+        agent = run.config.agents[task.agent]
         try:
+            launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
             worker = start_worker(
-                launch, adapter, self.paths, task_id=task_id, attempt=attempt, now=time.monotonic()
+                launch, adapter, self.paths, task_id=task.id, attempt=attempt, now=time.monotonic()
             )
-        except OSError as exc:
-            why = f"cannot start {launch.argv[0]}: {exc.strerror}"
-            tasks.not_started(txn, task_id, attempt=attempt, why=why)
+        except (OSError, ValueError) as exc:  # no value can stop the run: the attempt fails
+            tasks.not_started(txn, task.id, attempt=attempt, why=spawn.failure(agent, exc))
             return None
         try:
-            tasks.start(txn, task_id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
+            tasks.start(txn, task.id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
         except BaseException:
             _discard(worker)
             raise

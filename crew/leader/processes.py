@@ -376,9 +376,14 @@ def start_worker(
     attempt: int,
     now: float,
 ) -> WorkerProcess:
-    """Start one attempt's worker (OSError when its command cannot be started)."""
-    process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+    """Start one attempt's worker (OSError when its command cannot be started, ValueError when
+    a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+    except BaseException:
+        os.close(log_fd)
+        raise
     worker = WorkerProcess(
         task_id,
         attempt,

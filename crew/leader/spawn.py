@@ -101,3 +101,14 @@ def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
         if stream is not None:
             os.set_blocking(stream.fileno(), False)
     return process
+
+
+def failure(agent: AgentConfig, error: OSError | ValueError) -> str:
+    """Why a worker could not be started, in words: `cannot start python3 in /x: No such file or
+    directory: /x`, `cannot start sh: embedded null byte`."""
+    program = agent.command[0] if agent.command else "the command"
+    if isinstance(error, OSError):
+        what = error.strerror or str(error) or type(error).__name__
+        where = f": {error.filename}" if error.filename is not None else ""
+        return f"cannot start {program!r}: {what}{where}"
+    return f"cannot start {program!r}: {error}"
