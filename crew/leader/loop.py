@@ -447,6 +447,7 @@ class Leader:
     def _close(self) -> None:
         for worker in self.workers:
             self.workers.forget(worker)
+        self.workers.settle()
         self.wakeups.close()
         self._selector.close()
 

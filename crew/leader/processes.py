@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crew import faults
+from crew import env, faults
 from crew.adapters.base import Adapter
 from crew.leader import monitors, spawn
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
-from crew.procs import signal_group
+from crew.procs import signal_group, tree
+from crew.procs.cgroup import Cgroup, CgroupHome
 from crew.store.files import open_fd, write_all
 
 _READ = 65536
@@ -87,6 +88,8 @@ class WorkerProcess:
     term_at: float | None = None
     #: When a worker that was asked to stop gets SIGKILL.
     kill_at: float | None = None
+    #: Its whole process tree (crew.procs.tree), its cgroup if it has one.
+    owner: tree.Owner | None = None
 
     @property
     def pid(self) -> int:
@@ -175,7 +178,13 @@ class WorkerProcess:
         self.stdin_closed = True
 
     def signal(self, sig: signal.Signals) -> None:
+        """Signal its process group and every process of its tree (those that left the group
+        too); SIGKILL empties its cgroup at once."""
         signal_group(self.pid, sig)
+        if self.owner is not None:
+            if sig == signal.SIGKILL and self.owner.cgroup is not None:
+                self.owner.cgroup.kill()
+            tree.signal_tree(self.owner, sig)
 
     def wait(self) -> int:
         """Reap it; its exit code (128 + the signal's number when a signal killed it)."""
@@ -216,6 +225,10 @@ class Workers:
         self._selector = selector
         self._listener = listener
         self._by_task: dict[str, WorkerProcess] = {}
+        self._leftovers: list[tree.Leftovers] = []
+        home = CgroupHome.find()
+        if home is not None:
+            home.clear_dead()  # what leaders that died (kill -9, a power cut) left behind
 
     def __iter__(self) -> Iterator[WorkerProcess]:
         return iter(list(self._by_task.values()))
@@ -284,6 +297,7 @@ class Workers:
 
     def escalate(self, now: float) -> None:
         """Send the SIGTERMs and SIGKILLs that fell due."""
+        self._leftovers = [left for left in self._leftovers if not left.escalate(now)]
         for worker in self:
             if worker.term_at is not None and now >= worker.term_at:
                 worker.term_at = None
@@ -296,6 +310,7 @@ class Workers:
         """When a timer of some worker falls due."""
         for worker in self:
             yield from (t for t in (worker.kill_at, worker.term_at, worker.close_at) if t)
+        yield from (left.kill_at for left in self._leftovers)
 
     def stop_all(self, grace: float = STOP_GRACE) -> None:
         """Stop leading: workers get the end of their input, then SIGTERM, then SIGKILL. Their
@@ -310,6 +325,19 @@ class Workers:
             worker.signal(signal.SIGKILL)
             worker.wait()
             self.forget(worker)
+            self._end_tree(worker, time.monotonic())
+        self.settle()
+
+    def settle(self) -> None:
+        """Before the leader exits: what ended workers left running gets the rest of its grace
+        to exit, then SIGKILL; their cgroups are removed."""
+        for left in self._leftovers:
+            while not left.killed and time.monotonic() < left.kill_at:
+                if not tree.remaining(left.owner):
+                    break
+                time.sleep(0.05)
+            left.finish()
+        self._leftovers = []
 
     def abandon(self) -> None:
         """Fenced out: leave the workers to the new leader (their input ends)."""
@@ -344,7 +372,19 @@ class Workers:
         if lines:
             self._listener.output(worker, lines)
         self.forget(worker)
+        self._end_tree(worker, time.monotonic())
         self._listener.exited(worker, code)
+
+    def _end_tree(self, worker: WorkerProcess, now: float) -> None:
+        """A worker exited: what it left running is the task's no longer (SIGTERM now, SIGKILL
+        after the grace); its cgroup goes once empty."""
+        owner = worker.owner
+        if owner is None:
+            return
+        if tree.signal_tree(owner, signal.SIGTERM):
+            self._leftovers.append(tree.Leftovers(owner, now + STOP_GRACE))
+        elif owner.cgroup is not None and not owner.cgroup.remove():
+            self._leftovers.append(tree.Leftovers(owner, now, killed=True))
 
     def _await_exits(self, deadline: float) -> None:
         """Wait for workers to exit, logging their last output but reporting nothing."""
@@ -357,10 +397,12 @@ class Workers:
                     worker.wait()
                     worker.drain(parse=False)
                     self.forget(worker)
+                    self._end_tree(worker, time.monotonic())
             for worker in self:
                 if worker.pidfd is None and worker.process.poll() is not None:
                     worker.drain(parse=False)
                     self.forget(worker)
+                    self._end_tree(worker, time.monotonic())
 
     def _unregister(self, target: int | object) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -379,11 +421,18 @@ def start_worker(
     """Start one attempt's worker (OSError when its command cannot be started, ValueError when
     a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    group = _new_cgroup(launch, task_id, attempt)
+    joiner = group.joiner() if group is not None else None
     try:
-        process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+        process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=joiner)
     except BaseException:
         os.close(log_fd)
+        if group is not None:
+            group.remove()
         raise
+    finally:
+        if joiner is not None:
+            joiner.close()
     worker = WorkerProcess(
         task_id,
         attempt,
@@ -395,7 +444,22 @@ def start_worker(
     )
     with contextlib.suppress(OSError, AttributeError):
         worker.pidfd = os.pidfd_open(process.pid)
+    if group is not None and not group.holds(process.pid) and not group.add(process.pid):
+        group.remove()  # the kernel would not have it there: its tree is found through /proc
+        group = None
+    run_id = launch.env[env.RUN_ID.name]
+    worker.owner = tree.Owner(run_id, task_id, attempt, root=process.pid, cgroup=group)
     return worker
+
+
+def _new_cgroup(launch: spawn.Launch, task_id: str, attempt: int) -> Cgroup | None:
+    """A cgroup of its own for a worker, where the leader can make one (else None: the worker's
+    tree is then found through /proc alone)."""
+    home = CgroupHome.find()
+    if home is None:
+        return None
+    run_id = launch.env[env.RUN_ID.name]
+    return home.make(f"{run_id}-{task_id}-{attempt}-{os.getpid()}")
 
 
 def describe_exit(code: int) -> str:
