@@ -163,3 +163,21 @@ def test_a_child_that_cleared_its_environment_is_found_through_its_parent(tmp_pa
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_groups_left_by_a_leader_that_died_are_removed_by_the_next(tmp_path: Path) -> None:
+    cgroups = CgroupHome.find()
+    if cgroups is None:
+        pytest.skip("this system does not let crew make cgroups")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid names a leader that is gone
+    left = cgroups.make(f"{tmp_path.name}-t-1-{dead.pid}")
+    mine = cgroups.make(f"{tmp_path.name}-t-1-{os.getpid()}")
+    assert left is not None and mine is not None
+    try:
+        cgroups.clear_dead()
+        assert not left.path.exists()
+        assert mine.path.exists()  # a live leader's group stays
+    finally:
+        left.remove()
+        mine.remove()
