@@ -148,14 +148,14 @@ def test_a_process_not_proven_the_tasks_is_never_signalled() -> None:
             process.wait()
 
 
-def test_a_child_that_cleared_its_environment_is_found_through_its_parent(tmp_path: Path) -> None:
-    marker = tmp_path / "child"
+def test_a_child_that_cleared_its_environment_is_found_through_its_parent(pids: Path) -> None:
+    marker = pids / "child"
     worker = _sleep(
         {"CREW_RUN_ID": "r1", "CREW_TASK_ID": "t"},
         f"env -i sh -c 'echo $$ > {marker}; exec sleep 1000' & wait",
     )
     try:
-        (child,) = _started(tmp_path, "child")
+        (child,) = _started(pids, "child")
         assert tree.signal_tree(tree.Owner("r1", "t"), signal.SIGCONT) == {worker.pid}
         found = tree.signal_tree(tree.Owner("r1", "t", root=worker.pid), signal.SIGTERM)
         assert found == {worker.pid, child}
