@@ -113,7 +113,8 @@ def signal_tree(owner: Owner, sig: signal.Signals) -> set[int]:
 
 def remaining(owner: Owner) -> set[int]:
     """The task's processes still alive (zombies not counted)."""
-    return {pid for pid in candidates(owner) if _proven(owner, pid) and not _zombie(pid)}
+    found = candidates(owner) - {os.getpid()}  # `crew cancel` run by the worker itself
+    return {pid for pid in found if _proven(owner, pid) and not _zombie(pid)}
 
 
 def candidates(owner: Owner) -> set[int]:
