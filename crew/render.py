@@ -15,7 +15,7 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
@@ -24,18 +24,17 @@ from crew.registry import (
     LEADER,
     DecisionAction,
     Direction,
-    EventType,
     MessageStatus,
     RunStatus,
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import TerminalStream, format_counts, json_safe, short, terminal_safe
+from crew.text import format_counts, json_safe, short, terminal_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from crew.models import Event, Task
+    from crew.models import Task
     from crew.results.admin import DoctorReport, Initialized, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
@@ -423,80 +422,3 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "Detached": _detached,
     "Led": _led,
 }
-
-
-# ----------------------------------------------------------------------------- streams
-
-
-def event_line(event: Event) -> str:
-    """One event as a plain line: time, seq, type, task, message."""
-    task = event.task_id or "-"
-    text = event.message or ""
-    return f"{event.at}  #{event.seq:<5} {event.type:<22} {task:<16} {text}".rstrip()
-
-
-def event_json(event: Event) -> str:
-    """One event as a JSON line, as events.jsonl holds it."""
-    return json_safe(event.model_dump_json(exclude_none=True))
-
-
-#: Events too frequent or too internal for the progress of a run shown to a person.
-_QUIET = frozenset(
-    {
-        EventType.MAILBOX_DELIVERED,
-        EventType.MAILBOX_ACKNOWLEDGED,
-        EventType.ATTENTION_DECISION,
-        EventType.LEADER_STARTED,
-    }
-)
-#: Attention decisions worth a line of progress: the ones that change what a worker does.
-_NOTABLE_DECISIONS = frozenset(
-    {DecisionAction.PREEMPT, DecisionAction.MERGE, DecisionAction.CANCEL, DecisionAction.DEFER}
-)
-
-
-def progress_line(event: Event) -> str | None:
-    """One event as a progress line for a person watching `crew run` (None: not worth a line)."""
-    if not event.message:
-        return None
-    if event.type is EventType.ATTENTION_DECISION:
-        decision = (event.data or {}).get("decision")
-        if not isinstance(decision, dict) or decision.get("action") not in _NOTABLE_DECISIONS:
-            return None
-    elif event.type in _QUIET:
-        return None
-    return f"{event.at[11:19]}  {event.message}"
-
-
-def show_events(events: list[Event], *, json: bool, progress: bool = False) -> None:
-    """Print events as they come: JSON lines, or lines for people (`progress`: only those
-    worth showing while a run goes)."""
-    for event in events:
-        if json:
-            sys.stdout.write(event_json(event) + "\n")
-            continue
-        line = progress_line(event) if progress else event_line(event)
-        if line:
-            _out(line)
-    sys.stdout.flush()
-
-
-def show_output(chunks: Iterable[bytes], *, raw: bool, flush: bool) -> None:
-    """A worker's output: its bytes exactly as stored when stdout is not a terminal (a file, a
-    pipe) or with `raw`; on a terminal, as `less -R` would show it (see `TerminalStream`)."""
-    if raw or not sys.stdout.isatty():
-        out = sys.stdout.buffer
-        for chunk in chunks:
-            out.write(chunk)
-            if flush:
-                out.flush()
-        return
-    stream = TerminalStream()
-    try:
-        for chunk in chunks:
-            sys.stdout.write(stream.feed(chunk))
-            if flush:
-                sys.stdout.flush()
-    finally:
-        sys.stdout.write(stream.end())
-        sys.stdout.flush()

@@ -112,7 +112,7 @@ def _lead(
 ) -> int:
     from functools import partial
 
-    from crew import render
+    from crew import render, render_streams
     from crew.leader import detach as in_background
     from crew.leader import lead, outcome
     from crew.results.leading import Detached
@@ -125,7 +125,7 @@ def _lead(
 
         code = lead_with_view(store, session, options)
     else:
-        show = partial(render.show_events, json=json, progress=True)
+        show = partial(render_streams.show_events, json=json, progress=True)
         # Announced once this process leads the run: a refused resume says nothing else.
         ready = partial(render.starting, store.run_id, resumed=options.resume, json=json)
         code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
@@ -194,7 +194,7 @@ def logs(
 ) -> None:
     """Print a worker's output (stdout and stderr, as received; made safe on a terminal)."""
     from crew.ids import check_task_id
-    from crew.render import show_output
+    from crew.render_streams import show_output
     from crew.streams import follow_log
 
     check_task_id(task)
