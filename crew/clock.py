@@ -11,6 +11,9 @@ TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The longest duration crew takes: a hundred years says "never" well enough, and every timer
+#: and `select` can hold it (a longer one overflows them).
+MAX_DURATION = 100 * 365 * 86400.0
 
 
 def now() -> str:
@@ -33,7 +36,8 @@ def seconds_since(text: str, *, at: datetime | None = None) -> float:
 
 
 def parse_duration(value: str | float | int) -> float:
-    """`500ms`, `30s`, `2m`, `1h`, `1d`, or a number of seconds -> seconds (ValueError if not)."""
+    """`500ms`, `30s`, `2m`, `1h`, `1d`, or a number of seconds -> seconds (ValueError if not:
+    negative, not finite, or over MAX_DURATION)."""
     if isinstance(value, bool):
         raise ValueError("expected a duration like '30s', '2m' or a number of seconds")
     if isinstance(value, int | float):
@@ -47,6 +51,8 @@ def parse_duration(value: str | float | int) -> float:
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"expected a non-negative duration, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"expected a duration of at most 100 years (36500d), got {value!r}")
     return seconds
 
 

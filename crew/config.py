@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from crew.clock import parse_duration
+from crew.clock import format_duration, parse_duration
 from crew.errors import UsageError
 from crew.ids import TASK_ID_PATTERN
 from crew.registry import (
@@ -30,6 +30,7 @@ from crew.registry import (
     ContactType,
     WorkerRight,
 )
+from crew.text import clip
 
 #: Seconds; written in crew.toml as "500ms", "30s", "2m", "1h" or a number of seconds.
 Duration = Annotated[
@@ -51,6 +52,21 @@ DEFAULT_BODY_LIMIT = 64 * 1024
 #: inside an event that records it, still fits the store's 1 MiB line limit.
 MAX_BODY_LIMIT = 128 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+#: The largest task prompt, in UTF-8 bytes. `{prompt}` puts it in one command-line argument,
+#: which Linux caps at 128 KiB, and every event about the task carries it.
+MAX_TASK_PROMPT = 64 * 1024
+#: The longest task title, in UTF-8 bytes: a title is a short name for people.
+MAX_TITLE = 1024
+#: The largest crew definition, as JSON: the run's manifest holds it, and every event that
+#: changes the run carries it, on one line of at most 1 MiB.
+MAX_DEFINITION = 768 * 1024
+#: How deeply crew.toml may nest tables and arrays; crew's own keys need four levels.
+MAX_NESTING = 16
+#: How often a leader refreshes its heartbeat, in seconds.
+HEARTBEAT_INTERVAL = 1.0
+#: The shortest `leaderStaleAfter`: three missed heartbeats. Shorter, a leader that is merely
+#: slow (a loaded machine, a long fsync) would be taken for gone and replaced.
+MIN_LEADER_STALE_AFTER = 3 * HEARTBEAT_INTERVAL
 
 
 def _split_command(value: Any) -> Any:
@@ -81,7 +97,8 @@ class CrewSection(ConfigModel):
     max_parallel: Annotated[int, Field(ge=1, le=10_000)] = 4
     """How many tasks run at once."""
     leader_stale_after: Duration = 10.0
-    """A leader whose heartbeat is older than this is gone (`crew resume` may take over)."""
+    """A leader whose heartbeat is older than this is gone (`crew resume` may take over); at
+    least 3s, since the heartbeat is refreshed every second."""
 
 
 class AgentConfig(ConfigModel):
@@ -97,18 +114,18 @@ class AgentConfig(ConfigModel):
     cwd: str | None = None
     """Working folder, relative to crew.toml's folder; default: the folder holding the home."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables."""
+    """Extra environment variables (a name is non-empty, without `=`)."""
     timeout: Duration | None = None
-    """Stop and fail a task that runs longer than this."""
+    """Stop and fail a task that runs longer than this (more than 0)."""
     stall_after: Duration | None = None
-    """Nudge a running task that prints nothing for this long."""
+    """Nudge a running task that prints nothing for this long (more than 0)."""
     max_nudges: Annotated[int, Field(ge=0)] = 2
     """Automatic nudges before a silent task is flagged needs_review."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
     """Failed attempts a task may have in all (1: no retry). An attempt cut short by the
     leader's end (a crash, Ctrl-C, a takeover) is interrupted, not failed: it does not count."""
     wait_timeout: Duration | None = None
-    """Flag a task that waits for an answer longer than this."""
+    """Flag a task that waits for an answer longer than this (more than 0)."""
     keep_open: Duration | None = None
     """Agents that work in turns (pi, claude-code, codex): after a turn ends with nothing left
     to do, wait this long for follow-ups before closing the agent's stdin (default: close at
@@ -129,8 +146,9 @@ class TaskConfig(ConfigModel):
     agent: str
     """The `[agents.<name>]` that runs it."""
     prompt: str
-    """The task's instructions: `{prompt}` in the agent's command."""
+    """The task's instructions: `{prompt}` in the agent's command; at most 64 KiB."""
     title: str | None = None
+    """A short title (at most 1 KiB); default: the prompt's first line."""
     depends_on: list[str] = Field(default_factory=list)
     """Tasks that must complete first; if one fails or is cancelled, this one is cancelled."""
     max_attempts: Annotated[int, Field(ge=1)] | None = None
@@ -211,22 +229,32 @@ def load_config(path: Path) -> CrewConfig:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror}).") from None
     try:
-        document = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        document = tomllib.loads(text)
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not UTF-8 text.") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}.") from None
+    except RecursionError:  # arrays or inline tables nested hundreds deep
+        line, key = _deepest_line(text)
+        raise _config_error(
+            str(path), [f"line {line} ({key}): nested more than {MAX_NESTING} levels deep"]
+        ) from None
     return parse_config(document, source=str(path))
 
 
 def parse_config(document: dict[str, Any], *, source: str = "crew.toml") -> CrewConfig:
-    """Validate an already-parsed crew definition (also used to re-read a manifest's config)."""
+    """Validate an already-parsed crew definition: its schema, its references, and everything
+    starting its workers needs, so that no value can stop a run once it has started."""
+    deep = _too_deep(document)
+    if deep is not None:
+        raise _config_error(source, [f"{deep}: nested more than {MAX_NESTING} levels deep"])
     try:
         config = CrewConfig.model_validate(document)
     except ValidationError as exc:
         problems = [_describe(error) for error in exc.errors(include_url=False)]
         raise _config_error(source, problems) from None
-    problems = _reference_problems(config)
+    problems = _reference_problems(config) + _launch_problems(config) + _size_problems(config)
     if problems:
         raise _config_error(source, problems)
     return config
@@ -251,7 +279,7 @@ def _describe(error: Any) -> str:
     message = str(error["msg"])
     message = message.removeprefix("Value error, ")
     got = error.get("input")
-    shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+    shown = f" (got {clip(repr(got), 60)})" if isinstance(got, str | int | float | bool) else ""
     return f"{path}: {message}{shown}" if path else f"{message}{shown}"
 
 
@@ -316,3 +344,133 @@ def _find_cycle(config: CrewConfig) -> list[str] | None:
             if found:
                 return found
     return None
+
+
+# ----------------------------------------------------------------------------- what workers need
+
+
+def _launch_problems(config: CrewConfig) -> list[str]:
+    """Values the schema accepts but no worker could be started with, and timings that would
+    make the monitors act at once and over again."""
+    problems: list[str] = []
+    for name, agent in config.agents.items():
+        where = f"agents.{name}"
+        problems += [
+            f"{where}.command[{i}]: {_NUL}" for i, arg in enumerate(agent.command) if "\0" in arg
+        ]
+        if agent.cwd is not None and "\0" in agent.cwd:
+            problems.append(f"{where}.cwd: {_NUL}")
+        for key, value in agent.env.items():
+            if not key or "=" in key or "\0" in key:
+                problems.append(
+                    f"{where}.env: {clip(repr(key), 60)} is not an environment variable name "
+                    "(it must be non-empty, without '=' or NUL)"
+                )
+            elif "\0" in value:
+                problems.append(f"{where}.env.{key}: {_NUL}")
+        for key in ("timeout", "stall_after", "wait_timeout"):
+            if getattr(agent, key) == 0:
+                problems.append(
+                    f"{where}.{to_camel(key)}: must be more than 0 (leave it out for none)"
+                )
+    stale = config.crew.leader_stale_after
+    if stale < MIN_LEADER_STALE_AFTER:
+        problems.append(
+            f"crew.leaderStaleAfter: must be at least {format_duration(MIN_LEADER_STALE_AFTER)} "
+            f"(got {format_duration(stale)}): a leader refreshes its heartbeat every "
+            f"{format_duration(HEARTBEAT_INTERVAL)}, and a live one must not be taken for gone"
+        )
+    for index, task in enumerate(config.tasks):
+        if "\0" in task.prompt:
+            problems.append(f"tasks[{index}].prompt: {_NUL}")
+        if task.title is not None and "\0" in task.title:
+            problems.append(f"tasks[{index}].title: {_NUL}")
+    return problems
+
+
+_NUL = "contains a NUL character, which no program can be given"
+
+
+def _size_problems(config: CrewConfig) -> list[str]:
+    """Text too large to pass to a worker or to store in the run's events."""
+    problems: list[str] = []
+    for index, task in enumerate(config.tasks):
+        for key, value, limit in (
+            ("prompt", task.prompt, MAX_TASK_PROMPT),
+            ("title", task.title, MAX_TITLE),
+        ):
+            size = len(value.encode("utf-8", errors="surrogatepass")) if value else 0
+            if size > limit:
+                problems.append(
+                    f"tasks[{index}].{key}: {size} bytes, over the limit of {limit} "
+                    "(put long instructions in a file and name it in the prompt)"
+                )
+    for index, rule in enumerate(config.auto_respond):
+        size = len(rule.answer.encode("utf-8", errors="surrogatepass"))
+        if size > config.limits.max_body_bytes:
+            problems.append(
+                f"autoRespond[{index}].answer: {size} bytes, over limits.maxBodyBytes "
+                f"({config.limits.max_body_bytes})"
+            )
+    if not problems:
+        size = len(config.model_dump_json().encode("utf-8", errors="surrogatepass"))
+        if size > MAX_DEFINITION:
+            problems.append(
+                f"tasks: the crew definition takes {size} bytes as JSON, over the limit of "
+                f"{MAX_DEFINITION} (put long prompts in files and name them in the prompts)"
+            )
+    return problems
+
+
+def _too_deep(document: Any) -> str | None:
+    """The key path of the first table or array nested more than MAX_NESTING levels deep."""
+    stack: list[tuple[Any, str, int]] = [(document, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            items = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= MAX_NESTING:
+            return clip(path, 120)
+        stack += [(v, p, depth + 1) for p, v in items]
+    return None
+
+
+def _deepest_line(text: str) -> tuple[int, str]:
+    """Where brackets and braces first nest more than MAX_NESTING deep in TOML text: the line,
+    and the key on it (strings and comments are skipped)."""
+    depth, line, key = 0, 1, "?"
+    quote = ""
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\" and quote in {'"', '"""'}:
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif char in "\"'":
+            quote = text[i : i + 3] if text.startswith(char * 3, i) else char
+            i += len(quote)
+            continue
+        elif char == "#":
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        elif char == "=" and depth == 0:
+            key = text[text.rfind("\n", 0, i) + 1 : i].strip() or "?"
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return line, clip(key, 60)
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        line += char == "\n"
+        i += 1
+    return line, clip(key, 60)

@@ -21,12 +21,12 @@ from crew.errors import CrewError, ExitCode
 from crew.models import Event, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
 from crew.registry import ContactType, TaskStatus
-from crew.render import attempts, question_line
+from crew.render import attempts, markup_safe, question_line
 from crew.store import eventlog
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
-from crew.text import tally
+from crew.text import tally, terminal_safe
 from crew.views import inbound_messages, pending_counts
 
 if TYPE_CHECKING:
@@ -55,8 +55,8 @@ class View:
 def last_line(path: os.PathLike[str] | str) -> str:
     """What a worker said last: the last line of its log worth showing, read from the end.
 
-    Escape sequences are removed; `@supervisor` reports read `progress: …`; acks and decisions
-    (bookkeeping, not news) are passed over.
+    Escape sequences are removed (any other control character is shown as text); `@supervisor`
+    reports read `progress: …`; acks and decisions (bookkeeping, not news) are passed over.
     """
     try:
         with open(path, "rb") as handle:
@@ -71,9 +71,10 @@ def last_line(path: os.PathLike[str] | str) -> str:
         if isinstance(said, Ack | DecisionRecord):
             continue
         if isinstance(said, Report | Contact):
-            return f"{said.type}: {said.text if isinstance(said, Report) else said.prompt}"
+            said_text = said.text if isinstance(said, Report) else said.prompt
+            return terminal_safe(f"{said.type}: {said_text}")
         if text:
-            return text
+            return terminal_safe(text)
     return ""
 
 
@@ -116,7 +117,7 @@ class Dashboard:
         header = Text.assemble(
             ("Run ", "bold"),
             (run.run_id, "bold"),
-            f" · crew {run.crew} · ",
+            f" · crew {terminal_safe(run.crew)} · ",
             (str(run.status), STATUS_STYLE.get(run.status, "")),
             f" · {tally(t.status for t in tasks)}",
         )
@@ -131,15 +132,16 @@ class Dashboard:
                 attempts(task),
                 _since(task),
                 str(pending) if pending else "",
-                Text(_now(task, view.last_lines.get(task.id, ""))),  # Text: never markup
+                Text(terminal_safe(_now(task, view.last_lines.get(task.id, "")))),  # no markup
             )
         parts: list[RenderableType] = [header, table]
         if view.events:
             log = Text("\n".join(_event_line(e) for e in view.events), style="dim")
             parts += [Text(""), log]
         for warning in view.warnings:
-            parts.append(Text(f"! {warning}", style="yellow"))
-        parts.append(Text(self._help(tasks), style="bold cyan" if self.notice else "dim"))
+            parts.append(Text(f"! {terminal_safe(warning)}", style="yellow"))
+        help_line = terminal_safe(self._help(tasks))  # a notice may quote an error
+        parts.append(Text(help_line, style="bold cyan" if self.notice else "dim"))
         return Group(*parts)
 
     def _help(self, tasks: list[Task]) -> str:
@@ -254,10 +256,10 @@ class Dashboard:
         task = waiting[0]
         contact = task.contact
         assert contact is not None
-        console.print(f"\n[bold]{task.id}[/] asks ({contact.type}): {contact.prompt}")
+        console.print(f"\n[bold]{task.id}[/] asks ({contact.type}): {markup_safe(contact.prompt)}")
         if contact.options:
             for number, option in enumerate(contact.options, 1):
-                console.print(f"  {number}. {option}")
+                console.print(f"  {number}. {markup_safe(option)}")
             hint = "number or text"
         elif contact.type is ContactType.NEED_CONFIRMATION:
             hint = "yes / no, or more words"
@@ -338,4 +340,4 @@ def _now(task: Task, last: str) -> str:
 
 
 def _event_line(event: Event) -> str:
-    return f"{event.at[11:19]} {event.message or event.type}"
+    return f"{event.at[11:19]} {terminal_safe(event.message or event.type)}"

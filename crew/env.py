@@ -61,7 +61,8 @@ FSYNC = Variable(
 LOCK_TIMEOUT = Variable(
     "CREW_LOCK_TIMEOUT",
     frozenset({Scope.USER}),
-    "seconds to wait for a run's lock before giving up with exit 3 (default 10)",
+    "seconds to wait for a run's lock before giving up with exit 3 (default 10; a duration such "
+    "as `500ms` works too; a value that is not a finite number from 0 up is a usage error, exit 2)",
 )
 FORCE_POLLING = Variable(
     "CREW_FORCE_POLLING",

@@ -22,7 +22,9 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
     ExitCode.OK: (
         "success",
         "the command did what it says; `crew doctor` found nothing (or repaired everything); "
-        "`crew run` ended with every task completed; a replayed idempotent request",
+        "`crew run` ended with every task completed; a replayed idempotent request; a message "
+        "accepted by making room under backpressure (the oldest pending one was dropped: a "
+        "warning on stderr, `dropped` in `--json`)",
     ),
     ExitCode.FAILED: (
         "the run ended with failed tasks, or an unexpected error",
@@ -34,7 +36,7 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
         "usage error",
         "an unknown option; an invalid run or task id (`../x`, `/etc/passwd`, empty, over 64 "
         "characters); an invalid crew.toml; an empty or oversized message body; an ambiguous "
-        "run prefix",
+        "run prefix; a `CREW_LOCK_TIMEOUT` that is not a duration",
     ),
     ExitCode.TIMEOUT: (
         "timeout",
@@ -44,7 +46,7 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
     ExitCode.REFUSED: (
         "refused: the request conflicts with the run's state",
         "the task is not waiting; the run has ended; the run belongs to another session (use "
-        "`--force`); a second leader; backpressure; a leader that another one took over; "
+        "`--force`); a second leader; a leader that another one took over; "
         "`crew wait` on a run whose leader is gone (it cannot progress until `crew resume`), or "
         "for a start or a question from a task that ended without one",
     ),

@@ -18,6 +18,7 @@ first) it passes `<point>`. Points are named after what was just done:
     interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above
     stop:<point>      not a crash: SIGSTOP at any of the points above, as a hung process (stuck
                       in I/O, paused) would stay there, holding what it holds
+    no-cgroups        not a crash: the leader acts as if it could not make cgroups for workers
 
 Unset (always, outside tests), it costs one dictionary lookup per write.
 """
@@ -54,6 +55,11 @@ def armed(point: str) -> bool:
         return False
     _hits[point] = _hits.get(point, 0) + 1
     return _hits[point] == wanted
+
+
+def active(point: str) -> bool:
+    """Whether `point` is armed at all: a condition to simulate (`no-cgroups`), not a pass."""
+    return point in _load()
 
 
 def fail_at(place: str) -> None:

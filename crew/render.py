@@ -3,6 +3,11 @@
 `emit()` prints a result's warnings and notes on stderr, then its JSON document (`--json`) or its
 text view on stdout, and returns its exit code. Streams (the event log, a run's progress) print
 one line per item. rich is imported only when a table is drawn.
+
+Text for people never carries a control character from outside (a message body, a worker's
+line, a question, a session name, an error quoting input): every line goes through
+`terminal_safe`, which shows them as inert text. JSON is exact; the characters a terminal might
+still obey inside its strings are written as `\\uXXXX` escapes, which mean the same.
 """
 
 from __future__ import annotations
@@ -19,18 +24,17 @@ from crew.registry import (
     LEADER,
     DecisionAction,
     Direction,
-    EventType,
     MessageStatus,
     RunStatus,
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import format_counts, short
+from crew.text import format_counts, json_safe, short, terminal_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from crew.models import Event, Task
+    from crew.models import Task
     from crew.results.admin import DoctorReport, Initialized, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
@@ -70,9 +74,9 @@ def emit(result: Result, *, json: bool) -> int:
 
 def error(failure: CrewError) -> int:
     """A CrewError as one sentence (plus its hint) on stderr; returns its exit code."""
-    sys.stderr.write(f"crew: error: {failure.message}\n")
+    sys.stderr.write(f"crew: error: {terminal_safe(failure.message)}\n")
     if failure.hint:
-        sys.stderr.write(f"{failure.hint}\n")
+        sys.stderr.write(f"{terminal_safe(failure.hint, lines=True)}\n")
     return int(failure.exit_code)
 
 
@@ -94,17 +98,17 @@ def print_json(data: Any, *, compact: bool = False) -> None:
         separators=(",", ":") if compact else None,
         indent=None if compact else 2,
     )
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(json_safe(text) + "\n")
 
 
 def warn(message: str) -> None:
     """A warning on stderr (never on stdout, which may be piped into jq)."""
-    sys.stderr.write(f"crew: warning: {message}\n")
+    sys.stderr.write(f"crew: warning: {terminal_safe(message)}\n")
 
 
 def say(message: str) -> None:
     """A note for the person at the terminal, on stderr."""
-    sys.stderr.write(f"crew: {message}\n")
+    sys.stderr.write(f"crew: {terminal_safe(message)}\n")
 
 
 def starting(run_id: str, *, resumed: bool, json: bool) -> None:
@@ -114,7 +118,8 @@ def starting(run_id: str, *, resumed: bool, json: bool) -> None:
 
 
 def _out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    """A line of text for people on stdout, made safe for a terminal."""
+    sys.stdout.write(terminal_safe(line) + "\n")
 
 
 def console() -> Console:
@@ -130,10 +135,11 @@ def styled(status: str) -> str:
     return f"[{style}]{status}[/]" if style else status
 
 
-def _esc(text: str) -> str:
+def markup_safe(text: str) -> str:
+    """Text from outside, for rich: safe for a terminal, and never read as markup."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(terminal_safe(text))
 
 
 def _ago(timestamp: str | None) -> str:
@@ -214,23 +220,22 @@ def _runs(result: RunList) -> None:
     for summary in result.runs:
         run = summary.run
         if run is None:
-            table.add_row(
-                summary.run_id, "?", "[red]unreadable[/]", _esc(summary.problem or ""), "", ""
-            )
+            problem = markup_safe(summary.problem or "")
+            table.add_row(summary.run_id, "?", "[red]unreadable[/]", problem, "", "")
             continue
         table.add_row(
             run.run_id,
-            _esc(run.crew),
+            markup_safe(run.crew),
             styled(run.status),
             format_counts(summary.counts),
             _ago(run.created_at),
-            _esc(run.owner_session_id),
+            markup_safe(run.owner_session_id),
         )
     out = console()
     out.print(table)
     for summary in result.runs:
         if summary.run is not None and summary.problem:
-            out.print(f"[yellow]![/] {summary.run_id}: {_esc(summary.problem)}")
+            out.print(f"[yellow]![/] {summary.run_id}: {markup_safe(summary.problem)}")
 
 
 def _status(report: StatusReport) -> None:
@@ -241,8 +246,8 @@ def _status(report: StatusReport) -> None:
     lease = report.lease.leader
     leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
     out.print(
-        f"[bold]Run {run.run_id}[/] · crew {_esc(run.crew)} · {styled(run.status)} · "
-        f"owner {_esc(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
+        f"[bold]Run {run.run_id}[/] · crew {markup_safe(run.crew)} · {styled(run.status)} · "
+        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
     )
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", "NOTE"):
@@ -253,25 +258,24 @@ def _status(report: StatusReport) -> None:
         table.add_row(
             task.id,
             styled(task.status),
-            _esc(task.agent),
+            markup_safe(task.agent),
             attempts(task),
             _ago(task.since()),
             shown,
-            _esc(_note(task)),
+            markup_safe(_note(task)),
         )
     out.print(table)
     if report.open_contacts:
         out.print("\n[bold]Waiting for an answer:[/]")
         for task in report.open_contacts:
             assert task.contact is not None
-            out.print(
-                f"  {task.id} ({task.contact.id}) {task.contact.type}: {_esc(question_line(task))}"
-            )
+            question = markup_safe(question_line(task))
+            out.print(f"  {task.id} ({task.contact.id}) {task.contact.type}: {question}")
             out.print(f'    answer with: crew respond {run.run_id} {task.id} "…"', style="dim")
     if report.run_warnings:
         out.print("\n[bold]Warnings:[/]")
         for warning in report.run_warnings:
-            out.print(f"  [yellow]![/] {_esc(warning)}")
+            out.print(f"  [yellow]![/] {markup_safe(warning)}")
 
 
 def _note(task: Task) -> str:
@@ -301,18 +305,17 @@ def _timeline(result: Timeline) -> None:
         sender = f" from {message.from_}" if arrow == "→" and message.from_ != LEADER else ""
         out.print(
             f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
-            f"{_esc(short(message.body, 70))!r}{sender}"
+            f"{markup_safe(short(message.body, 70))!r}{sender}"
         )
         steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
         line = " → ".join(steps)
         if message.reason:
-            line += f" ({_esc(message.reason)})"
+            line += f" ({markup_safe(message.reason)})"
         style = "red" if message.status is MessageStatus.REJECTED else "dim"
         out.print(f"      {line}", style=style)
         if view.decisions:
-            out.print(
-                f"      {_esc(' → '.join(_decision_text(d) for d in view.decisions))}", style="dim"
-            )
+            decisions = " → ".join(_decision_text(d) for d in view.decisions)
+            out.print(f"      {markup_safe(decisions)}", style="dim")
 
 
 #: Each decision action as a past participle: `preempted by msg_…`.
@@ -419,59 +422,3 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "Detached": _detached,
     "Led": _led,
 }
-
-
-# ----------------------------------------------------------------------------- streams
-
-
-def event_line(event: Event) -> str:
-    """One event as a plain line: time, seq, type, task, message."""
-    task = event.task_id or "-"
-    text = event.message or ""
-    return f"{event.at}  #{event.seq:<5} {event.type:<22} {task:<16} {text}".rstrip()
-
-
-def event_json(event: Event) -> str:
-    """One event as a JSON line, as events.jsonl holds it."""
-    return event.model_dump_json(exclude_none=True)
-
-
-#: Events too frequent or too internal for the progress of a run shown to a person.
-_QUIET = frozenset(
-    {
-        EventType.MAILBOX_DELIVERED,
-        EventType.MAILBOX_ACKNOWLEDGED,
-        EventType.ATTENTION_DECISION,
-        EventType.LEADER_STARTED,
-    }
-)
-#: Attention decisions worth a line of progress: the ones that change what a worker does.
-_NOTABLE_DECISIONS = frozenset(
-    {DecisionAction.PREEMPT, DecisionAction.MERGE, DecisionAction.CANCEL, DecisionAction.DEFER}
-)
-
-
-def progress_line(event: Event) -> str | None:
-    """One event as a progress line for a person watching `crew run` (None: not worth a line)."""
-    if not event.message:
-        return None
-    if event.type is EventType.ATTENTION_DECISION:
-        decision = (event.data or {}).get("decision")
-        if not isinstance(decision, dict) or decision.get("action") not in _NOTABLE_DECISIONS:
-            return None
-    elif event.type in _QUIET:
-        return None
-    return f"{event.at[11:19]}  {event.message}"
-
-
-def show_events(events: list[Event], *, json: bool, progress: bool = False) -> None:
-    """Print events as they come: JSON lines, or lines for people (`progress`: only those
-    worth showing while a run goes)."""
-    for event in events:
-        if json:
-            _out(event_json(event))
-            continue
-        line = progress_line(event) if progress else event_line(event)
-        if line:
-            _out(line)
-    sys.stdout.flush()

@@ -39,7 +39,14 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.schemas",
     ),
     "leader": ("crew.leader",),
-    "presentation": ("crew.render", "crew.dashboard", "crew.cli", "crew.docgen", "crew.__main__"),
+    "presentation": (
+        "crew.render",
+        "crew.render_streams",
+        "crew.dashboard",
+        "crew.cli",
+        "crew.docgen",
+        "crew.__main__",
+    ),
 }
 #: The worker SDK runs inside workers: it needs the protocol and nothing of the leader's side.
 SDK = "crew.worker"

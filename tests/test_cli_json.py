@@ -29,7 +29,7 @@ from crew.domain import change, mailbox
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import Box, EventType
-from crew.render import progress_line
+from crew.render_streams import progress_line
 from crew.schemas import SCHEMAS
 from crew.store import jsonl
 from crew.store.runstore import RunStore

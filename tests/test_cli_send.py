@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SESSION, CliResult, snapshot_files
+from conftest import SESSION, CliResult, config, snapshot_files
 from test_verbs import ask, start
 
 from crew.domain import change, mailbox
+from crew.errors import EXIT_CODES, ExitCode
 from crew.models import Event, MailboxMessage
 from crew.registry import Box, EventType, MessageStatus, TaskStatus
 from crew.store import jsonl
@@ -150,6 +151,23 @@ def test_sixty_follow_ups_keep_fifty_and_warn_from_the_twenty_first(
         if e.type is EventType.MAILBOX_DROPPED
     ]
     assert len(dropped) == 10
+
+
+def test_a_send_that_makes_room_exits_as_the_exit_code_table_says(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run(config(limits={"maxPendingFollowUps": 2}))
+
+    sent = [cli("follow-up", store.run_id, "build", f"item {n}") for n in range(3)]
+
+    assert [s.code for s in sent] == [0, 0, 0]  # each message was accepted
+    assert "crew: warning: dropped the oldest pending followUp" in sent[2].err
+    table = (Path(__file__).parent.parent / "docs" / "exit-codes.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "backpressure" in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["0"]
+    assert [code for code, text in EXIT_CODES.items() if "backpressure" in " ".join(text)] == [
+        ExitCode.OK
+    ]
 
 
 def _crew(*args: str) -> subprocess.CompletedProcess[str]:

@@ -164,3 +164,74 @@ def test_durations(text: str | int, seconds: float) -> None:
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+# ----------------------------------------------------------------------------- what workers need
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('prompt = "Write a plan"', 'prompt = "Write\\u0000 a plan"'), "tasks[0].prompt: contains a NUL character, which no program can be given"),
+        (('"agents/coder.py"', '"agents/coder.py\\u0000"'), "agents.coder.command[1]: contains a NUL character"),
+        (("maxAttempts = 2", 'maxAttempts = 2\ncwd = "sub\\u0000dir"'), "agents.coder.cwd: contains a NUL character"),
+        (("maxAttempts = 2", 'maxAttempts = 2\nenv = { "A=B" = "x" }'), "agents.coder.env: 'A=B' is not an environment variable name (it must be non-empty, without '=' or NUL)"),
+        (("maxAttempts = 2", 'maxAttempts = 2\nenv = { "" = "x" }'), "agents.coder.env: '' is not an environment variable name"),
+        (("maxAttempts = 2", 'maxAttempts = 2\nenv = { "A\\u0000" = "x" }'), "agents.coder.env: 'A\\x00' is not an environment variable name"),
+        (("maxAttempts = 2", 'maxAttempts = 2\nenv = { LOG = "a\\u0000b" }'), "agents.coder.env.LOG: contains a NUL character"),
+        (('prompt = "Write a plan"', f'prompt = "{"x" * 2_000_000}"'), "tasks[0].prompt: 2000000 bytes, over the limit of 65536 (put long instructions in a file"),
+        (('prompt = "Write a plan"', f'prompt = "x"\ntitle = "{"é" * 600}"'), "tasks[0].title: 1200 bytes, over the limit of 1024"),
+        (('answer = "yes"', f'answer = "{"y" * 70_000}"'), "autoRespond[0].answer: 70000 bytes, over limits.maxBodyBytes (65536)"),
+        (('timeout = "30m"', "timeout = 0"), "agents.coder.timeout: must be more than 0 (leave it out for none)"),
+        (('stallAfter = "500ms"', 'stallAfter = "0s"'), "agents.coder.stallAfter: must be more than 0"),
+        (("maxAttempts = 2", 'maxAttempts = 2\nwaitTimeout = "0ms"'), "agents.coder.waitTimeout: must be more than 0"),
+        (('timeout = "30m"', "timeout = nan"), "agents.coder.timeout: expected a non-negative duration"),
+        (('timeout = "30m"', "timeout = inf"), "agents.coder.timeout: expected a non-negative duration"),
+        (('timeout = "30m"', "timeout = -5"), "agents.coder.timeout: expected a non-negative duration"),
+        (('timeout = "30m"', 'timeout = "36501d"'), "agents.coder.timeout: expected a duration of at most 100 years"),
+        (('leaderStaleAfter = "15s"', "leaderStaleAfter = 0"), "crew.leaderStaleAfter: must be at least 3s (got 0ms): a leader refreshes its heartbeat every 1s"),
+        (('leaderStaleAfter = "15s"', 'leaderStaleAfter = "2s"'), "crew.leaderStaleAfter: must be at least 3s (got 2s)"),
+        (('leaderStaleAfter = "15s"', "leaderStaleAfter = nan"), "crew.leaderStaleAfter: expected a non-negative duration"),
+        (('prompt = "Write a plan"', 'prompt = "x"\ntitle = ' + "[" * 5000 + "]" * 5000), "line 19 (title): nested more than 16 levels deep"),
+        (('prompt = "Write a plan"', 'prompt = "x"\ntitle = ' + "[" * 20 + "]" * 20), "tasks[0].title" + "[0]" * 13 + ": nested more than 16 levels deep"),
+        (('prompt = "Write a plan"', 'prompt = "x"\n' + "a." * 3000 + "b = 1"), "tasks[0]" + ".a" * 14 + ": nested more than 16 levels deep"),
+    ],
+)  # fmt: skip
+def test_values_no_worker_could_start_with_are_refused_up_front(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    old, new = change
+    assert old in VALID
+    path = write(tmp_path, VALID.replace(old, new, 1))
+
+    with pytest.raises(UsageError) as caught:
+        load_config(path)
+
+    assert str(caught.value).startswith(f"{path}: {message}")
+    assert len(str(caught.value)) < 400  # one sentence, whatever the size of what it quotes
+    assert caught.value.exit_code == 2
+
+
+def test_a_crew_definition_too_large_to_store_is_refused(tmp_path: Path) -> None:
+    tasks = "".join(
+        f'\n[[tasks]]\nid = "t{i}"\nagent = "coder"\nprompt = "{"x" * 60_000}"\n' for i in range(14)
+    )
+
+    with pytest.raises(UsageError, match=r"tasks: the crew definition takes \d+ bytes as JSON, "
+                       r"over the limit of 786432"):  # fmt: skip
+        load_config(write(tmp_path, VALID + tasks))
+
+
+def test_the_largest_accepted_values_are_accepted(tmp_path: Path) -> None:
+    text = (
+        VALID.replace(
+            'prompt = "Write a plan"', f'prompt = "{"x" * 65536}"\ntitle = "{"t" * 1024}"'
+        )
+        .replace('leaderStaleAfter = "15s"', 'leaderStaleAfter = "3s"')
+        .replace("maxAttempts = 2", 'maxAttempts = 2\nenv = { "A" = "=b=" }\nkeepOpen = 0')
+    )
+
+    config = load_config(write(tmp_path, text))
+
+    assert len(config.tasks[0].prompt) == 65536 and config.crew.leader_stale_after == 3.0
+    assert config.agents["coder"].env == {"A": "=b="} and config.agents["coder"].keep_open == 0

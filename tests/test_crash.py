@@ -116,7 +116,7 @@ def test_a_leader_interrupted_at_any_write_resumes_and_finishes(
 def test_a_hung_leader_taken_over_writes_nothing_and_the_run_finishes(
     tmp_path: Path, home: Home
 ) -> None:
-    store = _scripted_run(tmp_path, home, leaderStaleAfter="1s")
+    store = _scripted_run(tmp_path, home, leaderStaleAfter="3s")
     hung = subprocess.Popen(
         [sys.executable, "-m", "crew", "resume", store.run_id, "--no-input"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -139,7 +139,7 @@ def test_a_hung_leader_taken_over_writes_nothing_and_the_run_finishes(
 def test_a_leader_hung_holding_the_run_lock_is_named_and_once_stopped_replaced(
     tmp_path: Path, home: Home
 ) -> None:
-    store = _scripted_run(tmp_path, home, leaderStaleAfter="1s")
+    store = _scripted_run(tmp_path, home, leaderStaleAfter="3s")
     hung = subprocess.Popen(
         [sys.executable, "-m", "crew", "resume", store.run_id, "--no-input"],
         env={**os.environ, "CREW_FAULT": "stop:append:events.jsonl@3"},

@@ -23,9 +23,9 @@ from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
 from crew.config import AutoRespondRule
 from crew.domain import change, tasks
 from crew.leader import schedule, signals
-from crew.leader.processes import MAX_LINE, LineSplitter
 from crew.leader.signals import MALFORMED_EVENTS, AgentState
 from crew.leader.wakeups import Wakeups
+from crew.leader.worker_process import MAX_LINE, LineSplitter
 from crew.models import MailboxMessage, SupervisorContact, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report
 from crew.registry import (

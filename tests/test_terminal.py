@@ -39,6 +39,10 @@ class Terminal:
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "t")
 
+    def title(self) -> str:
+        """The pane's title, as the program in it may set it (OSC 0 or 2)."""
+        return self._tmux("display-message", "-p", "-t", "t", "#{pane_title}")
+
     def keys(self, *keys: str) -> None:
         self._tmux("send-keys", "-t", "t", *keys)
 

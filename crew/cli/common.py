@@ -126,8 +126,10 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
             return usage.exit_code
         if debug:
             raise
+        from crew.text import terminal_safe
+
         sys.stderr.write(
-            f"crew: internal error: {type(error).__name__}: {error}\n"
+            f"crew: internal error: {type(error).__name__}: {terminal_safe(str(error))}\n"
             f"Set {env.DEBUG.name}=1 to see the traceback, and please report it.\n"
         )
         return int(ExitCode.FAILED)

@@ -88,7 +88,8 @@ def events(
 ) -> None:
     """Print the event log (JSON lines with --json)."""
     from crew.ids import check_task_id
-    from crew.render import show_events, warn
+    from crew.render import warn
+    from crew.render_streams import show_events
     from crew.streams import follow_events
     from crew.views import event_filter
 

@@ -112,7 +112,7 @@ def _lead(
 ) -> int:
     from functools import partial
 
-    from crew import render
+    from crew import render, render_streams
     from crew.leader import detach as in_background
     from crew.leader import lead, outcome
     from crew.results.leading import Detached
@@ -125,7 +125,7 @@ def _lead(
 
         code = lead_with_view(store, session, options)
     else:
-        show = partial(render.show_events, json=json, progress=True)
+        show = partial(render_streams.show_events, json=json, progress=True)
         # Announced once this process leads the run: a refused resume says nothing else.
         ready = partial(render.starting, store.run_id, resumed=options.resume, json=json)
         code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
@@ -182,17 +182,22 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the task has ended.")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="The bytes exactly as received, even on a terminal (where control sequences "
+            "other than colours are otherwise shown as text).",
+        ),
+    ] = False,
     home: HomeOption = None,
 ) -> None:
-    """Print a worker's output (stdout and stderr, as received)."""
+    """Print a worker's output (stdout and stderr, as received; made safe on a terminal)."""
     from crew.ids import check_task_id
+    from crew.render_streams import show_output
     from crew.streams import follow_log
 
     check_task_id(task)
     store = open_run(run, home)
     store.state().task(task)  # NotFound for a task the run does not have
-    out = sys.stdout.buffer
-    for chunk in follow_log(store, task, follow=follow):
-        out.write(chunk)
-        if follow:
-            out.flush()
+    show_output(follow_log(store, task, follow=follow), raw=raw, flush=follow)

@@ -17,8 +17,9 @@ from crew.domain import tasks
 from crew.errors import StaleLeader
 from crew.leader.degraded import fault_of
 from crew.leader.health import Health
-from crew.leader.processes import WorkerProcess, Workers
+from crew.leader.processes import Workers
 from crew.leader.view import RunView
+from crew.leader.worker_process import WorkerProcess
 from crew.registry import LIVE_TASK_STATUSES
 from crew.text import short
 

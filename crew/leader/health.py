@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 
 from crew import clock
+from crew.config import HEARTBEAT_INTERVAL
 from crew.domain.lease import stop, write_lease
 from crew.errors import CrewError, CrewTimeout, LeaderCrashed, StaleLeader
 from crew.leader.degraded import Degradation, Reserve, fault_of
@@ -28,8 +29,6 @@ from crew.store.lock import lock_timeout
 from crew.store.runstore import RunStore
 from crew.text import short
 
-#: How often the heartbeat refreshes leader.json, in seconds.
-HEARTBEAT = 1.0
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 
 
@@ -61,7 +60,7 @@ class Health:
         (StaleLeader if one did)."""
         if now < self.next_beat:
             return
-        self.next_beat = now + HEARTBEAT
+        self.next_beat = now + HEARTBEAT_INTERVAL
         current = self.store.peek_epoch()
         if current is not None and current != self.lease.epoch:
             raise StaleLeader(f"Run {self.store.run_id} is now led by epoch {current}.")

@@ -29,9 +29,10 @@ from crew.leader import monitors, schedule, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
-from crew.leader.processes import WorkerProcess, Workers, describe_exit, start_worker
+from crew.leader.processes import Workers, describe_exit, start_worker
 from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
+from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
 from crew.registry import (
     LIVE_TASK_STATUSES,
@@ -209,16 +210,14 @@ class Leader:
     def _start(self, task: Task, now: float) -> bool:
         """Start a task's next attempt; False when a fault held it back (it stays queued)."""
         run = self.state.run
-        agent = run.config.agents[task.agent]
         attempt = task.attempt + 1
-        adapter = adapter_for(agent)
-        launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
+        adapter = adapter_for(run.config.agents[task.agent])
         worker: WorkerProcess | None = None
         try:
             # Started under the run lock: the worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
-                worker = self._spawn(txn, launch, adapter, task.id, attempt)
+                worker = self._spawn(txn, task, adapter, attempt)
         except BaseException as error:
             if worker is not None:
                 worker.discard()
@@ -233,23 +232,23 @@ class Leader:
             self._heard(worker, adapter.start(self.state.task(task.id)))
         return True
 
-    def _spawn(
-        self, txn: Txn, launch: spawn.Launch, adapter: Adapter, task_id: str, attempt: int
-    ) -> WorkerProcess | None:
+    def _spawn(self, txn: Txn, task: Task, adapter: Adapter, attempt: int) -> WorkerProcess | None:
         """Start a worker and record it in `txn`; None (and recorded) if it cannot start. A
         fault (no descriptor or process left for now) is raised, to be retried."""
+        run = txn.run
+        agent = run.config.agents[task.agent]
         try:
+            launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
             worker = start_worker(
-                launch, adapter, self.paths, task_id=task_id, attempt=attempt, now=time.monotonic()
+                launch, adapter, self.paths, task_id=task.id, attempt=attempt, now=time.monotonic()
             )
-        except OSError as exc:
-            if fault_of(exc, SPAWN_FAULTS) is not None:
+        except (OSError, ValueError) as exc:  # no value can stop the run: the attempt fails
+            if isinstance(exc, OSError) and fault_of(exc, SPAWN_FAULTS) is not None:
                 raise
-            why = f"cannot start {launch.argv[0]}: {exc.strerror}"
-            tasks.not_started(txn, task_id, attempt=attempt, why=why)
+            tasks.not_started(txn, task.id, attempt=attempt, why=spawn.failure(agent, exc))
             return None
         try:
-            tasks.start(txn, task_id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
+            tasks.start(txn, task.id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
         except BaseException:
             worker.discard()
             raise
@@ -493,6 +492,7 @@ class Leader:
             worker.close_log(flush=True)
         for worker in self.guard.held_workers():
             worker.close_log(flush=True)
+        self.workers.settle()
         self.health.close()
         self.wakeups.close()
         self._selector.close()

@@ -1,227 +1,35 @@
-"""The leader's worker processes: their pipes, their output split into lines, their stdin, their
-exit, and stopping them. One WorkerProcess per live attempt; the leader's loop registers its
-descriptors with its selector and calls back here when one is ready.
-
-A worker's output goes to its log exactly as received (what a full disk keeps out waits in
-`unlogged`, in order). Messages written to its stdin are `in_flight` until the pipe has taken
-every byte; only then are they recorded as delivered. A worker can be paused: its output and exit
-are not looked at until it is resumed (the leader pauses a worker whose writes a fault holds back;
-the worker blocks once its pipe is full, and its exit waits).
+"""The leader's worker processes (crew/leader/worker_process.py is one of them): starting them,
+reading them, and stopping them with everything they started. One WorkerProcess per live
+attempt; the leader's loop registers its descriptors with its selector and calls back here when
+one is ready. A worker can be paused: its output and exit are not looked at until it is resumed
+(the leader pauses a worker whose writes a fault holds back; the worker blocks once its pipe is
+full, and its exit waits).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from crew import faults
+from crew import env
 from crew.adapters.base import Adapter, Reaction
 from crew.leader import monitors, spawn
-from crew.leader.signals import AgentState
+from crew.leader.worker_process import WorkerProcess
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
-from crew.procs import signal_group
+from crew.procs import tree
+from crew.procs.cgroup import Cgroup, CgroupHome
 from crew.store.files import open_fd
 
-_READ = 65536
 #: How long a worker gets between SIGTERM and SIGKILL, and to exit once its stdin is closed.
 STOP_GRACE = 5.0
 #: How long an agent interrupted in its own protocol gets before SIGTERM.
 INTERRUPT_GRACE = 2.0
-#: A line longer than this without a newline is taken as it is (it is not a protocol line).
-MAX_LINE = 1024 * 1024
-
-
-class LineSplitter:
-    """Complete lines out of chunks of output."""
-
-    def __init__(self, limit: int = MAX_LINE) -> None:
-        self._partial = bytearray()
-        self._limit = limit
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """The lines `data` completes (without their newlines)."""
-        self._partial += data
-        lines = [bytes(line) for line in self._partial.split(b"\n")]
-        self._partial = bytearray(lines.pop())
-        if len(self._partial) > self._limit:
-            lines.append(bytes(self._partial))
-            self._partial.clear()
-        return lines
-
-    def rest(self) -> list[bytes]:
-        """At the end of the output: a last line without a newline, if there is one."""
-        if not self._partial:
-            return []
-        line, self._partial = bytes(self._partial), bytearray()
-        return [line]
-
-
-@dataclass
-class WorkerProcess:
-    """A live worker process of this leader: one attempt of one task."""
-
-    task_id: str
-    attempt: int
-    process: subprocess.Popen[bytes]
-    adapter: Adapter
-    log_fd: int
-    clock: monitors.Clock
-    agent: AgentState = field(default_factory=AgentState)
-    pidfd: int | None = None
-    lines: LineSplitter = field(default_factory=LineSplitter)
-    to_write: bytearray = field(default_factory=bytearray)
-    #: Messages whose frames are in `to_write`: delivered once it drains.
-    in_flight: list[MailboxMessage] = field(default_factory=list)
-    stdin_closed: bool = False
-    open_streams: int = 2
-    #: Output read but not yet in the log (the disk could not take it yet).
-    unlogged: bytearray = field(default_factory=bytearray)
-    #: While paused, the selector registrations set aside (see Workers.pause).
-    paused: list[tuple[object, int, object]] | None = None
-    exit_code: int | None = None
-    #: When an idle agent's stdin gets closed (agent `keepOpen`), once its turn has ended.
-    close_at: float | None = None
-    #: When an interrupted agent gets SIGTERM (it was given a moment to wind down first).
-    term_at: float | None = None
-    #: When a worker that was asked to stop gets SIGKILL.
-    kill_at: float | None = None
-
-    @property
-    def pid(self) -> int:
-        return int(self.process.pid)
-
-    @property
-    def exited(self) -> bool:
-        return self.exit_code is not None
-
-    @property
-    def stopping(self) -> bool:
-        return self.kill_at is not None
-
-    def streams(self) -> list[int]:
-        """The descriptors of its output streams still open (stdout, then stderr)."""
-        found = []
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None and not stream.closed:
-                found.append(stream.fileno())
-        return found
-
-    def read(self, fd: int) -> bytes | None:
-        """Read what `fd` has (it waits in `unlogged` for `flush_log`); None at the end of the
-        stream."""
-        try:
-            data = os.read(fd, _READ)
-        except BlockingIOError:
-            return b""
-        except OSError:
-            data = b""
-        if not data:
-            return None
-        self.unlogged += data
-        return data
-
-    def flush_log(self) -> None:
-        """Append what was read to the task's log. An OSError (a full disk) leaves what was not
-        written in `unlogged`, for the next call."""
-        while self.unlogged:
-            written = os.write(self.log_fd, self.unlogged)
-            del self.unlogged[:written]
-
-    def drain(self, *, parse: bool) -> list[bytes]:
-        """Once it has exited: log what its pipes still hold; the complete stdout lines."""
-        lines: list[bytes] = []
-        stdout = self.process.stdout
-        for fd in self.streams():
-            while True:
-                data = self.read(fd)
-                if not data:  # end of stream, or a grandchild still holds the pipe open
-                    break
-                if parse and stdout is not None and fd == stdout.fileno():
-                    lines += self.lines.feed(data)
-        return lines
-
-    def write(self, data: bytes) -> bool:
-        """Queue bytes for its stdin and write what the pipe takes now. True when everything
-        queued has been written (the in-flight messages are then delivered)."""
-        self.to_write += data
-        stdin = self.process.stdin
-        if stdin is None or self.stdin_closed:
-            return False
-        try:
-            while self.to_write:
-                written = os.write(stdin.fileno(), self.to_write)
-                del self.to_write[:written]
-        except BlockingIOError:
-            return False  # the pipe is full: the loop waits until it can take more
-        except OSError as exc:
-            if exc.errno not in {errno.EPIPE, errno.EBADF}:
-                raise
-            self.to_write.clear()
-            self.in_flight = []
-            self.stdin_closed = True  # the worker closed its stdin: messages stay pending
-            return False
-        return True
-
-    def take_delivered(self) -> list[MailboxMessage]:
-        """The in-flight messages, now that their bytes are written."""
-        if not self.in_flight:
-            return []
-        faults.crash_at("deliver")
-        delivered, self.in_flight = self.in_flight, []
-        return delivered
-
-    def close_stdin(self) -> None:
-        stdin = self.process.stdin
-        if stdin is not None and not self.stdin_closed:
-            with contextlib.suppress(OSError):
-                stdin.close()
-        self.stdin_closed = True
-
-    def signal(self, sig: signal.Signals) -> None:
-        signal_group(self.pid, sig)
-
-    def wait(self) -> int:
-        """Reap it; its exit code (128 + the signal's number when a signal killed it)."""
-        code = int(self.process.wait())
-        self.exit_code = code if code >= 0 else 128 - code
-        return code
-
-    def close(self) -> None:
-        """Close the descriptors the leader holds for the process (its log stays open until
-        `close_log`: what a fault kept out of it may still be written)."""
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-    def discard(self) -> None:
-        """Kill it: its start could not be recorded, and nothing may run unrecorded."""
-        self.signal(signal.SIGKILL)
-        self.wait()
-        self.close()
-        self.close_log()
-
-    def close_log(self, *, flush: bool = False) -> None:
-        """Close its log (`flush`: after writing what it can of `unlogged`)."""
-        if self.log_fd < 0:
-            return
-        if flush:
-            with contextlib.suppress(OSError):
-                self.flush_log()
-        os.close(self.log_fd)
-        self.log_fd = -1
 
 
 class Listener(Protocol):
@@ -245,6 +53,10 @@ class Workers:
         self._selector = selector
         self._listener = listener
         self._by_task: dict[str, WorkerProcess] = {}
+        self._leftovers: list[tree.Leftovers] = []
+        home = CgroupHome.find()
+        if home is not None:
+            home.clear_dead()  # what leaders that died (kill -9, a power cut) left behind
 
     def __iter__(self) -> Iterator[WorkerProcess]:
         return iter(list(self._by_task.values()))
@@ -341,6 +153,7 @@ class Workers:
 
     def escalate(self, now: float) -> None:
         """Send the SIGTERMs and SIGKILLs that fell due."""
+        self._leftovers = [left for left in self._leftovers if not left.escalate(now)]
         for worker in self:
             if worker.term_at is not None and now >= worker.term_at:
                 worker.term_at = None
@@ -353,6 +166,7 @@ class Workers:
         """When a timer of some worker falls due."""
         for worker in self:
             yield from (t for t in (worker.kill_at, worker.term_at, worker.close_at) if t)
+        yield from (left.kill_at for left in self._leftovers)
 
     def stop_all(self, grace: float = STOP_GRACE) -> None:
         """Stop leading: workers get the end of their input, then SIGTERM, then SIGKILL. Their
@@ -369,6 +183,19 @@ class Workers:
             worker.wait()
             self.forget(worker)
             worker.close_log(flush=True)
+            self._end_tree(worker, time.monotonic())
+        self.settle()
+
+    def settle(self) -> None:
+        """Before the leader exits: what ended workers left running gets the rest of its grace
+        to exit, then SIGKILL; their cgroups are removed."""
+        for left in self._leftovers:
+            while not left.killed and time.monotonic() < left.kill_at:
+                if not tree.remaining(left.owner):
+                    break
+                time.sleep(0.05)
+            left.finish()
+        self._leftovers = []
 
     def abandon(self) -> None:
         """Fenced out: leave the workers to the new leader (their input ends)."""
@@ -404,7 +231,19 @@ class Workers:
         if lines or worker.unlogged:
             self._listener.output(worker, lines)
         self.forget(worker)
+        self._end_tree(worker, time.monotonic())
         self._listener.exited(worker, code)
+
+    def _end_tree(self, worker: WorkerProcess, now: float) -> None:
+        """A worker exited: what it left running is the task's no longer (SIGTERM now, SIGKILL
+        after the grace); its cgroup goes once empty."""
+        owner = worker.owner
+        if owner is None:
+            return
+        if tree.signal_tree(owner, signal.SIGTERM):
+            self._leftovers.append(tree.Leftovers(owner, now + STOP_GRACE))
+        elif owner.cgroup is not None and not owner.cgroup.remove():
+            self._leftovers.append(tree.Leftovers(owner, now, killed=True))
 
     def _await_exits(self, deadline: float) -> None:
         """Wait for workers to exit, logging their last output but reporting nothing."""
@@ -418,6 +257,7 @@ class Workers:
                     worker.drain(parse=False)
                     self.forget(worker)
                     worker.close_log(flush=True)
+                    self._end_tree(worker, time.monotonic())
                 if worker is not None and worker.log_fd >= 0:
                     with contextlib.suppress(OSError):  # stopping: the log gets what it can
                         worker.flush_log()
@@ -426,6 +266,7 @@ class Workers:
                     worker.drain(parse=False)
                     self.forget(worker)
                     worker.close_log(flush=True)
+                    self._end_tree(worker, time.monotonic())
 
     def _unregister(self, target: int | object) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -441,14 +282,21 @@ def start_worker(
     attempt: int,
     now: float,
 ) -> WorkerProcess:
-    """Start one attempt's worker (OSError when its command cannot be started, or its log not
-    opened: then nothing was started)."""
+    """Start one attempt's worker (OSError when its command cannot be started, ValueError when
+    a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    group = _new_cgroup(launch, task_id, attempt)
+    joiner = group.joiner() if group is not None else None
     try:
-        process = spawn.start(launch, merge_stderr=adapter.merge_stderr)
+        process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=joiner)
     except BaseException:
         os.close(log_fd)
+        if group is not None:
+            group.remove()
         raise
+    finally:
+        if joiner is not None:
+            joiner.close()
     worker = WorkerProcess(
         task_id,
         attempt,
@@ -460,7 +308,22 @@ def start_worker(
     )
     with contextlib.suppress(OSError, AttributeError):
         worker.pidfd = os.pidfd_open(process.pid)
+    if group is not None and not group.holds(process.pid) and not group.add(process.pid):
+        group.remove()  # the kernel would not have it there: its tree is found through /proc
+        group = None
+    run_id = launch.env[env.RUN_ID.name]
+    worker.owner = tree.Owner(run_id, task_id, attempt, root=process.pid, cgroup=group)
     return worker
+
+
+def _new_cgroup(launch: spawn.Launch, task_id: str, attempt: int) -> Cgroup | None:
+    """A cgroup of its own for a worker, where the leader can make one (else None: the worker's
+    tree is then found through /proc alone)."""
+    home = CgroupHome.find()
+    if home is None:
+        return None
+    run_id = launch.env[env.RUN_ID.name]
+    return home.make(f"{run_id}-{task_id}-{attempt}-{os.getpid()}")
 
 
 def describe_exit(code: int) -> str:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,9 +81,12 @@ def launch_for(
     return Launch(argv, cwd, variables, ids.token_hash(token))
 
 
-def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
+def start(
+    launch: Launch, *, merge_stderr: bool, join: Callable[[], None] | None = None
+) -> subprocess.Popen[bytes]:
     """Start a worker in its own session and process group, with pipes for its streams
-    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order).
+    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order); `join` runs in
+    the child before exec (it joins the worker's cgroup).
 
     Raises OSError (e.g. FileNotFoundError) when the command cannot be started.
     """
@@ -96,9 +100,21 @@ def start(launch: Launch, *, merge_stderr: bool) -> subprocess.Popen[bytes]:
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
+        preexec_fn=join,  # noqa: PLW1509  # writes to one open descriptor: no lock, no import
         bufsize=0,
     )
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             os.set_blocking(stream.fileno(), False)
     return process
+
+
+def failure(agent: AgentConfig, error: OSError | ValueError) -> str:
+    """Why a worker could not be started, in words: `cannot start python3 in /x: No such file or
+    directory: /x`, `cannot start sh: embedded null byte`."""
+    program = agent.command[0] if agent.command else "the command"
+    if isinstance(error, OSError):
+        what = error.strerror or str(error) or type(error).__name__
+        where = f": {error.filename}" if error.filename is not None else ""
+        return f"cannot start {program!r}: {what}{where}"
+    return f"cannot start {program!r}: {error}"

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crew import env
-from crew.errors import CrewTimeout, StoreError
+from crew.clock import parse_duration
+from crew.errors import CrewTimeout, StoreError, UsageError
 from crew.procs import is_alive
 from crew.store.files import FILE_MODE, open_fd, open_read, read_bytes, refuse_link
+from crew.text import clip
 
 if TYPE_CHECKING:
     import filelock
@@ -56,11 +58,22 @@ os.register_at_fork(after_in_child=_forget_locks)
 
 
 def lock_timeout() -> float:
-    """Seconds to wait for a busy lock: $CREW_LOCK_TIMEOUT, else 10."""
-    try:
-        return float(env.LOCK_TIMEOUT.value() or DEFAULT_LOCK_TIMEOUT)
-    except ValueError:
+    """Seconds to wait for a busy lock: $CREW_LOCK_TIMEOUT, else 10.
+
+    A value that is not a duration (`nan`, `inf`, `-1`, which would wait for ever, or a typo)
+    is a usage error naming the variable, never a silent default.
+    """
+    raw = env.LOCK_TIMEOUT.value()
+    if raw is None:
         return DEFAULT_LOCK_TIMEOUT
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        raise UsageError(
+            f"{env.LOCK_TIMEOUT.name} must be a number of seconds (or a duration like 500ms or "
+            f"30s) from 0 up, got {clip(repr(raw), 40)}.",
+            hint=f"Unset it for the default ({DEFAULT_LOCK_TIMEOUT:g}s).",
+        ) from None
 
 
 def _lock_for(path: Path) -> filelock.FileLock:

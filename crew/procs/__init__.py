@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from crew import env
+from crew.procs import cgroup, tree
 
 DEFAULT_GRACE = 5.0
 
@@ -70,26 +71,48 @@ def is_worker(pid: int, run_id: str, task_id: str, attempt: int | None = None) -
 def stop_worker(
     pid: int, run_id: str, task_id: str, *, attempt: int | None = None, grace: float = DEFAULT_GRACE
 ) -> Stopped:
-    """SIGTERM the worker's process group, wait up to `grace` seconds, then SIGKILL it."""
+    """SIGTERM the worker's process group and every other process of its tree (crew.procs.tree:
+    what it started, even in a session of its own), wait up to `grace` seconds for them to exit,
+    then SIGKILL what is left. The outcome is the worker's own."""
     try:
         ours = is_worker(pid, run_id, task_id, attempt)
     except PermissionError:
         return Stopped(task_id, pid, Stop.DENIED)
-    if not ours:
-        alive = is_alive(pid)
-        return Stopped(task_id, pid, Stop.NOT_OURS if alive else Stop.GONE)
-    waiter = _ExitWaiter(pid)
+    group = cgroup.crew_cgroup_of(pid, f"{run_id}-{task_id}-") if ours else None
+    owner = tree.Owner(run_id, task_id, attempt, root=pid if ours else None, cgroup=group)
+    waiter = _ExitWaiter(pid) if ours else None
     try:
-        if not signal_group(pid, signal.SIGTERM):
-            return Stopped(task_id, pid, Stop.GONE)
-        if waiter.wait(grace):
-            signal_group(pid, signal.SIGKILL)  # stragglers of the group, if any
+        signalled = ours and signal_group(pid, signal.SIGTERM)
+        left = tree.signal_tree(owner, signal.SIGTERM)  # what the worker started: its own or not
+        if not signalled:
+            if left:
+                _wait_tree(owner, grace)
+            tree.signal_tree(owner, signal.SIGKILL)
+            return Stopped(task_id, pid, Stop.NOT_OURS if is_alive(pid) else Stop.GONE)
+        assert waiter is not None
+        deadline = time.monotonic() + grace
+        exited = waiter.wait(grace)
+        _wait_tree(owner, deadline - time.monotonic())
+        if is_worker(pid, run_id, task_id, attempt):
+            signal_group(pid, signal.SIGKILL)
+        if group is not None:
+            group.kill()
+        tree.signal_tree(owner, signal.SIGKILL)  # stragglers of the group and the tree, if any
+        if exited:
             return Stopped(task_id, pid, Stop.TERMINATED)
-        signal_group(pid, signal.SIGKILL)
         waiter.wait(grace)
         return Stopped(task_id, pid, Stop.KILLED)
     finally:
-        waiter.close()
+        if waiter is not None:
+            waiter.close()
+
+
+def _wait_tree(owner: tree.Owner, timeout: float) -> None:
+    """Wait up to `timeout` seconds for the task's processes to exit (checked a few times a
+    second: they are not our children, and there may be many)."""
+    deadline = time.monotonic() + timeout
+    while tree.remaining(owner) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def signal_group(pid: int, sig: signal.Signals) -> bool:

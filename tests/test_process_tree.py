@@ -1,0 +1,183 @@
+"""Cancel, a timeout and a task's end stop the worker's whole process tree: children that left its
+process group (`setsid`, a daemon's double fork) included, with or without a cgroup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import verbs
+from crew.paths import Home
+from crew.procs import is_alive, tree
+from crew.procs.cgroup import CgroupHome
+from crew.registry import TaskStatus
+
+#: A child in a session of its own, still carrying the worker's environment.
+SETSID = "setsid sleep 1000 & echo $! > {pids}/a"
+#: A daemon: double fork, a session of its own, an empty environment; its parent exits at once.
+DAEMON = "(setsid sh -c 'echo $$ > {pids}/b; exec env -i sleep 1000' &)"
+
+CGROUPS = CgroupHome.find() is not None
+
+
+@pytest.fixture(params=["cgroup", "proc"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "cgroup" and not CGROUPS:
+        pytest.skip("this system does not let crew make cgroups")
+    if request.param == "proc":
+        monkeypatch.setenv("CREW_FAULT", "no-cgroups")
+    return str(request.param)
+
+
+@pytest.fixture
+def pids(tmp_path: Path) -> Iterator[Path]:
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    yield folder
+    for path in folder.iterdir():  # a failed test leaves no sleeper behind
+        pid = int(path.read_text())
+        if _sleeper(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _sleeper(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x001000\x00" and is_alive(pid)
+    except OSError:
+        return False
+
+
+def _started(folder: Path, *names: str) -> list[int]:
+    """The pids the worker wrote, once they are the sleepers (each execs right after)."""
+    paths = [folder / name for name in names]
+    eventually(lambda: all(p.is_file() and p.read_text().strip() for p in paths), timeout=30)
+    found = [int(p.read_text()) for p in paths]
+    eventually(lambda: all(_sleeper(pid) for pid in found), timeout=30)
+    return found
+
+
+def _crew(tmp_path: Path, script: str, **agent: object) -> None:
+    write_crew(
+        tmp_path, [{"id": "t", "prompt": script}], command=["sh", "-c", "{prompt}"], agent=agent
+    )
+
+
+def test_cancel_stops_a_child_in_a_session_of_its_own(
+    tmp_path: Path, home: Home, mode: str, pids: Path
+) -> None:
+    _crew(tmp_path, SETSID.format(pids=pids) + "; echo ready; sleep 1000")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    (child,) = _started(pids, "a")
+
+    verbs.cancel(store, session=SESSION, grace=2.0)
+
+    assert leader.finish(timeout=60) == 1
+    assert store.state().tasks["t"].status is TaskStatus.CANCELLED
+    eventually(lambda: not _sleeper(child), timeout=10)
+
+
+def test_a_timeout_stops_a_child_in_a_session_of_its_own(
+    tmp_path: Path, home: Home, mode: str, pids: Path
+) -> None:
+    _crew(tmp_path, SETSID.format(pids=pids) + "; sleep 1000", timeout="1s")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    (child,) = _started(pids, "a")
+
+    assert leader.finish(timeout=60) == 1
+    assert store_of(home, leader.run_id).state().tasks["t"].status is TaskStatus.FAILED
+    eventually(lambda: not _sleeper(child), timeout=10)
+
+
+def test_a_task_that_ends_leaves_nothing_running(
+    tmp_path: Path, home: Home, mode: str, pids: Path
+) -> None:
+    _crew(tmp_path, SETSID.format(pids=pids) + "; sleep 0.2; echo done")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+
+    assert leader.finish(timeout=60) == 0
+    (child,) = [int((pids / "a").read_text())]
+    assert store_of(home, leader.run_id).state().tasks["t"].status is TaskStatus.COMPLETED
+    eventually(lambda: not _sleeper(child), timeout=10)
+
+
+def test_a_daemon_that_cleared_its_environment_is_stopped_through_its_cgroup(
+    tmp_path: Path, home: Home, pids: Path
+) -> None:
+    if not CGROUPS:
+        pytest.skip("this system does not let crew make cgroups")
+    _crew(tmp_path, DAEMON.format(pids=pids) + "; sleep 1000")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    (daemon,) = _started(pids, "b")
+
+    verbs.cancel(store, session=SESSION, grace=2.0)
+
+    assert leader.finish(timeout=60) == 1
+    eventually(lambda: not _sleeper(daemon), timeout=10)
+    cgroups = CgroupHome.find()
+    assert cgroups is not None
+    assert [p.name for p in cgroups.path.iterdir() if leader.run_id in p.name] == []
+
+
+def _sleep(environ: dict[str, str], script: str = "exec sleep 1000") -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["sh", "-c", script], env={"PATH": os.environ["PATH"], **environ})
+
+
+def test_a_process_not_proven_the_tasks_is_never_signalled() -> None:
+    others = [
+        _sleep({"CREW_RUN_ID": "other-run", "CREW_TASK_ID": "t"}),
+        _sleep({"CREW_RUN_ID": "r1", "CREW_TASK_ID": "other-task"}),
+        _sleep({"CREW_RUN_ID": "r1", "CREW_TASK_ID": "t", "CREW_ATTEMPT": "1"}),
+    ]
+    try:
+        eventually(lambda: all(_sleeper(p.pid) for p in others))
+        assert tree.signal_tree(tree.Owner("r1", "t", attempt=2), signal.SIGKILL) == set()
+        assert all(p.poll() is None for p in others)
+        assert tree.signal_tree(tree.Owner("r1", "t", attempt=1), signal.SIGKILL) == {others[2].pid}
+    finally:
+        for process in others:
+            process.kill()
+            process.wait()
+
+
+def test_a_child_that_cleared_its_environment_is_found_through_its_parent(pids: Path) -> None:
+    marker = pids / "child"
+    worker = _sleep(
+        {"CREW_RUN_ID": "r1", "CREW_TASK_ID": "t"},
+        f"env -i sh -c 'echo $$ > {marker}; exec sleep 1000' & wait",
+    )
+    try:
+        (child,) = _started(pids, "child")
+        assert tree.signal_tree(tree.Owner("r1", "t"), signal.SIGCONT) == {worker.pid}
+        found = tree.signal_tree(tree.Owner("r1", "t", root=worker.pid), signal.SIGTERM)
+        assert found == {worker.pid, child}
+        eventually(lambda: not _sleeper(child))
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_groups_left_by_a_leader_that_died_are_removed_by_the_next(tmp_path: Path) -> None:
+    cgroups = CgroupHome.find()
+    if cgroups is None:
+        pytest.skip("this system does not let crew make cgroups")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid names a leader that is gone
+    left = cgroups.make(f"{tmp_path.name}-t-1-{dead.pid}")
+    mine = cgroups.make(f"{tmp_path.name}-t-1-{os.getpid()}")
+    assert left is not None and mine is not None
+    try:
+        cgroups.clear_dead()
+        assert not left.path.exists()
+        assert mine.path.exists()  # a live leader's group stays
+    finally:
+        left.remove()
+        mine.remove()
