@@ -218,3 +218,23 @@ def test_a_resumed_attempt_continues_instead_of_starting_the_task_again() -> Non
     assert prompt == {"id": "crew-1", "type": "prompt", "message": continuation(resumed)}
     assert continuation(resumed).endswith("The task, as first given:\n\ngo")
     assert adapter.on_line(state(sessionFile="/s/a.jsonl")).signals == []  # known already
+
+
+def test_a_503_that_pis_retry_gets_past_does_not_fail_the_task(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "FLAKY")
+
+    assert leader.finish() == 0
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED and task.error is None
+    (note,) = [m.body for m in store.messages(Box.OUTBOX)]
+    assert note.startswith("pi: retrying in 0.01s (attempt 1 of 2) after 503 ")
+
+
+def test_a_503_that_pis_retries_never_get_past_fails_the_task(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "DOWN")
+
+    assert leader.finish() == 1
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED
+    assert task.error == '503 {"type":"error","error":{"type":"overloaded_error"}}'
+    assert len(store.messages(Box.OUTBOX)) == 2  # a note per retry

@@ -9,7 +9,9 @@
   `extension_ui_response`. pi has no permission prompts of its own. A second question that
   arrives while one is open waits until the first is answered.
 - `agent_settled` ends a turn; an assistant message with `stopReason: "error"` makes it a failed
-  turn. A refused `prompt` (no model, no API key) is fatal: no run will ever start.
+  turn, unless pi retries it (`auto_retry_start`, reported as a note): then only a retry that
+  fails for good (`auto_retry_end` with `success: false`) fails the turn. A refused `prompt`
+  (no model, no API key) is fatal: no run will ever start.
 - Cancel: `clear_queue`, then `abort`.
 - Session: pi keeps each conversation in a JSONL session file (by default under
   `~/.pi/agent/sessions/--<cwd>--/`, or `--session-dir`, or `$PI_CODING_AGENT_DIR`). RPC mode
@@ -37,6 +39,7 @@ from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import ContactType, MessageKind
+from crew.text import short
 
 #: How pi's session files end; `--session` opens an argument that ends so as a file.
 _SESSION_FILE = ".jsonl"
@@ -125,6 +128,9 @@ class PiAdapter:
             message = event.get("message") or {}
             if message.get("role") == "assistant" and message.get("stopReason") == "error":
                 self._error = str(message.get("errorMessage") or "the model call failed")
+        elif kind == "auto_retry_start":  # the failure is not the turn's: pi tries again
+            self._error = None
+            return Reaction(signals=[Report(ContactType.NOTE, _retrying(event))])
         elif kind == "auto_retry_end" and event.get("success") is False:
             self._error = str(event.get("finalError") or "retries failed")
         elif kind == "agent_settled":
@@ -174,3 +180,13 @@ class PiAdapter:
         contact = Contact(kind if options or method != "select" else ContactType.NEED_INPUT,
                           prompt, options)  # fmt: skip
         return self._dialogs.ask(_Dialog(str(event.get("id")), method, contact))
+
+
+def _retrying(event: dict[str, Any]) -> str:
+    """pi's auto-retry, in words: `pi: retrying in 2s (attempt 1 of 3) after 503 …`."""
+    delay = event.get("delayMs")
+    when = f" in {delay / 1000:g}s" if isinstance(delay, int | float) else ""
+    attempt, most = event.get("attempt"), event.get("maxAttempts")
+    count = f" (attempt {attempt} of {most})" if attempt and most else ""
+    cause = short(str(event.get("errorMessage") or "an error"), 200)
+    return f"pi: retrying{when}{count} after {cause}"

@@ -2,7 +2,8 @@
 
 The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an extension dialog
 (from inside a tool call, as an extension tool does), `SLOW` works for a while (taking steers and
-follow-ups mid-run), `FAIL` ends the turn with a model error, `NOKEY` refuses the prompt like pi
+follow-ups mid-run), `FAIL` ends the turn with a model error, `FLAKY` meets a 503 that pi's
+auto-retry gets past and `DOWN` one it never does, `NOKEY` refuses the prompt like pi
 without credentials. Anything else answers at once. Every command received is echoed on stderr
 (`fake-pi got …`), which the crew log keeps, and so is the command line (`fake-pi argv …`).
 
@@ -202,6 +203,33 @@ def run(first: str) -> None:
             assistant(remembered)
         if text.startswith("ASK:"):
             assistant(f"answer was {ask(text[4:])}")
+        elif text in {"FLAKY", "DOWN"}:  # a 503 that pi retries: it succeeds, or never does
+            overloaded = '503 {"type":"error","error":{"type":"overloaded_error"}}'
+            for attempt in (1, 2):
+                assistant("", stop="error", error=overloaded)
+                emit(
+                    {
+                        "type": "auto_retry_start",
+                        "attempt": attempt,
+                        "maxAttempts": 2,
+                        "delayMs": 10,
+                        "errorMessage": overloaded,
+                    }
+                )
+                if text == "FLAKY":
+                    emit({"type": "auto_retry_end", "success": True, "attempt": attempt})
+                    assistant(f"done: {text}")
+                    break
+            else:
+                assistant("", stop="error", error=overloaded)
+                emit(
+                    {
+                        "type": "auto_retry_end",
+                        "success": False,
+                        "attempt": 2,
+                        "finalError": overloaded,
+                    }
+                )
         elif text == "FAIL":
             assistant("", stop="error", error='400 {"error":"mock: forced failure"}')
         elif text == "SLOW":
