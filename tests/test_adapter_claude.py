@@ -461,3 +461,21 @@ def test_without_session_persistence_no_session_is_reported() -> None:
     claude.start(claude_task())
 
     assert claude.on_line(init("s-1")).signals == []
+
+
+def test_a_refused_key_fails_the_turn_at_once_not_after_claudes_retries(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "BADKEY")
+
+    assert leader.finish() == 1
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.FAILED
+    assert task.error == (
+        "claude: the API refused the call: authentication_failed (HTTP 401); retrying cannot help"
+    )
+    (note,) = notes(store)  # one retry, then claude is stopped
+    assert (
+        note == "claude: retrying in 0.6s (attempt 1 of 10) after authentication_failed (HTTP 401)"
+    )
+    assert sent(store)[-1]["request"] == {"subtype": "interrupt", "cancel_queued": True}

@@ -48,12 +48,14 @@ from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
-from crew.text import clip
+from crew.text import clip, short
 
 #: The tool through which claude asks the user questions.
 ASK_TOOL = "AskUserQuestion"
 _ABORTED = frozenset({"aborted_streaming", "aborted_tools"})
 _LOGGED_OUT = "authentication_failed"
+#: API errors claude retries (minutes in all) though no retry can fix them.
+_HOPELESS = frozenset({_LOGGED_OUT, "billing_error"})
 _MULTI_PROMPT = (
     "Answer with a JSON object mapping each question to its answer, or one text for all:"
 )
@@ -92,6 +94,8 @@ class ClaudeCodeAdapter:
     _withdrawn: bool = False
     _error: str | None = None
     _logged_out: bool = False
+    #: Why the turn fails, once claude is retrying what no retry can fix (it is interrupted).
+    _hopeless: str | None = None
     #: The session id the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
 
@@ -185,11 +189,31 @@ class ClaudeCodeAdapter:
             return self._result(event)
         elif kind == "system" and event.get("subtype") == "init":
             return self._init(event)
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            return self._retrying(event)
         elif kind == "system" and event.get("subtype") == "session_state_changed":
             self._states = True
             if event.get("state") == "idle" and self._ended is None and not self._owed:
                 return self._turn_end()
         return Reaction()
+
+    def _retrying(self, event: dict[str, Any]) -> Reaction:
+        """claude retries a failed API call: a note naming the cause; when retrying cannot
+        help (a refused key, no credit), claude is interrupted and the turn fails at once
+        instead of after minutes of retries."""
+        cause = str(event.get("error") or "an error")
+        status = event.get("error_status")
+        cause += f" (HTTP {status})" if isinstance(status, int) else ""
+        delay = event.get("retry_delay_ms")
+        when = f" in {delay / 1000:g}s" if isinstance(delay, int | float) else ""
+        attempt, most = event.get("attempt"), event.get("max_retries")
+        count = f" (attempt {attempt} of {most})" if attempt and most else ""
+        note = Report(ContactType.NOTE, short(f"claude: retrying{when}{count} after {cause}", 300))
+        if event.get("error") not in _HOPELESS or self._hopeless is not None:
+            return Reaction(signals=[note])
+        self._hopeless = f"claude: the API refused the call: {cause}; retrying cannot help"
+        stop = self.interrupt()
+        return Reaction(write=stop.write, signals=[note])
 
     def _init(self, event: dict[str, Any]) -> Reaction:
         """A turn begins: claude names its session (the same one every turn)."""
@@ -204,7 +228,9 @@ class ClaudeCodeAdapter:
     def _result(self, event: dict[str, Any]) -> Reaction:
         self._owed = False
         reason = event.get("terminal_reason")
-        if reason in _ABORTED:
+        if self._hopeless is not None:
+            self._error, self._hopeless = self._hopeless, None
+        elif reason in _ABORTED:
             self._error = "aborted"
         elif event.get("is_error") or reason not in {None, "completed"}:
             errors = "; ".join(str(e) for e in event.get("errors") or [])

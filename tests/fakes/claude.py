@@ -5,7 +5,8 @@ A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion ques
 options, `ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command,
 `TWOBASH` asks for two at once, `WITHDRAW` asks a question and withdraws it, `SLOW` works until
 something is sent to it (at most 5 s: `next` messages join the turn, `later` ones wait for their
-own), `NOAUTH` fails like claude without credentials. Anything else is answered at once.
+own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a refused key (401) until
+interrupted. Anything else is answered at once.
 Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
 received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
 JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
@@ -283,6 +284,30 @@ def bash(command: str) -> tuple[str, dict[str, Any]]:
     return "Bash", {"command": command, "description": "fake command"}
 
 
+def bad_key() -> str:
+    """A key the API refuses: claude retries (10 times, minutes in all) until interrupted."""
+    for attempt in range(1, 11):
+        emit(
+            {
+                "type": "system",
+                "subtype": "api_retry",
+                "attempt": attempt,
+                "max_retries": 10,
+                "retry_delay_ms": 600,
+                "error_status": 401,
+                "error": "authentication_failed",
+                "session_id": SESSION,
+                "uuid": str(uuid.uuid4()),
+            }
+        )
+        for _ in range(60):  # the delay, unless interrupted
+            time.sleep(0.01)
+            with lock:
+                if agent.aborted:
+                    return ""
+    return "done: BADKEY"
+
+
 def slow() -> str:
     """Work until a message comes: `next` ones join this turn, `later` ones wait for theirs."""
     for _ in range(100):
@@ -347,6 +372,8 @@ def turn(text: str) -> None:
             reply = use_tools([("AskUserQuestion", {"questions": [ASKQ]})], withdraw_first=True)
         elif "SLOW" in text:
             reply = slow()
+        elif "BADKEY" in text:
+            reply = bad_key()
         else:
             reply = f"done: {text}"
         with lock:
