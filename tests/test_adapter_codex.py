@@ -265,7 +265,10 @@ def test_retry_notices_are_a_note_and_do_not_fail_the_task(tmp_path: Path, home:
 
     assert leader.finish() == 0
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
-    assert notes(store) == ["codex: retrying: Reconnecting... 1/5"]
+    assert notes(store) == [  # again only when the cause changes
+        "codex: retrying: Reconnecting... 1/5 (401 Unauthorized)",
+        "codex: retrying: Reconnecting... 3/5",
+    ]
 
 
 # ---------------------------------------------------------------------- line by line
@@ -315,6 +318,16 @@ def test_a_failed_turn_that_a_follow_up_overtakes_is_an_error_not_the_end() -> N
 
     assert reaction.signals == [AgentError("codex: boom")]
     assert json.loads(reaction.write)["params"]["input"] == [{"type": "text", "text": "more"}]
+
+
+def test_a_turn_that_fails_after_its_retries_names_the_cause() -> None:
+    codex, turn = adapter()
+    error = {"message": "stream disconnected", "additionalDetails": "Name does not resolve"}
+    codex.on_line(line(method="error", params={"error": error, "willRetry": False}))
+
+    reaction = codex.on_line(completed(turn, "failed", error=error))
+
+    assert reaction.signals == [TurnEnd("stream disconnected (Name does not resolve)")]
 
 
 def test_withdrawn_questions_give_way_and_a_late_answer_is_a_message() -> None:

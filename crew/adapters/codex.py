@@ -52,6 +52,7 @@ from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
+from crew.text import short
 
 #: Requests of ours without which the agent cannot work at all (a refused `thread/resume` falls
 #: back to `thread/start`).
@@ -110,8 +111,10 @@ class CodexAdapter:
     _outcome: str | None = None
     #: The last error notice of the active turn that will not be retried.
     _error: str | None = None
-    #: The active turn's first retry notice was noted: the next ones are not.
+    #: The active turn's retry notice was noted, and for which cause: the next ones with the same
+    #: cause are not.
     _retrying: bool = False
+    _retry_cause: str = ""
 
     # ------------------------------------------------------------------ to codex
 
@@ -250,7 +253,7 @@ class CodexAdapter:
     def _turn_completed(self, turn: dict[str, Any]) -> Reaction:
         error = None
         if turn.get("status") == "failed":
-            error = str(_dict(turn.get("error")).get("message") or self._error or "the turn failed")
+            error = _error_text(_dict(turn.get("error"))) or self._error or "the turn failed"
         elif turn.get("status") == "interrupted":
             error = "interrupted"
         self._completed.add(str(turn.get("id")))
@@ -258,13 +261,18 @@ class CodexAdapter:
         return self._end(error)
 
     def _error_notice(self, params: dict[str, Any]) -> Reaction:
-        message = str(_dict(params.get("error")).get("message") or "unknown error")
+        """An error in a turn: the turn's failure, or (`willRetry`) a note when codex starts
+        retrying, and again whenever the cause (`additionalDetails`) changes."""
+        error = _dict(params.get("error"))
+        message = _error_text(error) or "unknown error"
+        details = error.get("additionalDetails")
         if not params.get("willRetry"):
             self._error = message
             return Reaction()
-        if self._retrying:
+        cause = details if isinstance(details, str) else ""
+        if self._retrying and cause == self._retry_cause:
             return Reaction()
-        self._retrying = True
+        self._retrying, self._retry_cause = True, cause
         return Reaction(signals=[Report(ContactType.NOTE, f"codex: retrying: {message}")])
 
     def _end(self, error: str | None) -> Reaction:
@@ -433,3 +441,13 @@ def _input(text: str) -> list[dict[str, Any]]:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    """A codex error in words: its message, and its cause when codex gives one apart
+    (`additionalDetails`: "401 Unauthorized", "Name does not resolve")."""
+    message = str(error.get("message") or "")
+    details = error.get("additionalDetails")
+    if isinstance(details, str) and details and details not in message:
+        return f"{message} ({short(details, 200)})" if message else short(details, 200)
+    return message

@@ -308,14 +308,14 @@ def run(text: str) -> None:
         in_turn("error", error=error, willRetry=False)
         status = "failed"
     elif "RETRY" in text:
-        for attempt in (1, 2):
+        for attempt, details in ((1, "401 Unauthorized"), (2, "401 Unauthorized"), (3, None)):
             info = {"responseStreamDisconnected": {"httpStatusCode": None}}
             in_turn(
                 "error",
                 error={
                     "message": f"Reconnecting... {attempt}/5",
                     "codexErrorInfo": info,
-                    "additionalDetails": None,
+                    "additionalDetails": details,
                     "misalignment": None,
                 },
                 willRetry=True,
