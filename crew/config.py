@@ -26,6 +26,7 @@ from crew.registry import (
     BLOCKING_CONTACTS,
     AgentInput,
     AgentProtocol,
+    ApprovalPolicy,
     Approvals,
     ContactType,
     WorkerRight,
@@ -133,6 +134,9 @@ class AgentConfig(ConfigModel):
     approvals: Approvals = Approvals.ASK
     """Agents that ask to run tools: `ask` turns each request into a need_confirmation question,
     `allow` and `deny` answer every request that way without asking (recorded as events)."""
+    approval_policy: ApprovalPolicy | None = None
+    """Codex: the approval policy its threads run with (`untrusted`, `on-failure`, `on-request`,
+    `never`). Unset, Codex's own configuration decides; crew never changes it."""
     may: list[WorkerRight] = Field(default_factory=list)
     """What its workers may do to their own run besides steering, following up and nudging its
     tasks and cancelling their own: `respond`, `cancel` (other tasks, the run), `handoff`,

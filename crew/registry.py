@@ -322,6 +322,15 @@ class AgentProtocol(StrEnum):
     CODEX = "codex"
 
 
+class ApprovalPolicy(StrEnum):
+    """When Codex asks before it acts (its own setting, passed through when crew.toml sets it)."""
+
+    UNTRUSTED = "untrusted"
+    ON_FAILURE = "on-failure"
+    ON_REQUEST = "on-request"
+    NEVER = "never"
+
+
 class Approvals(StrEnum):
     """What an agent adapter does with the agent's requests to run tools."""
 

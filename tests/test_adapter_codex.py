@@ -66,7 +66,7 @@ def test_the_handshake_comes_in_order_before_the_first_turn(tmp_path: Path, home
         {
             "id": 2,
             "method": "thread/start",
-            "params": {"approvalPolicy": "on-request", "ephemeral": False},
+            "params": {"ephemeral": False},  # codex's own approval policy: crew sets none
         },
         {
             "id": 3,
@@ -383,7 +383,7 @@ def test_codexs_thread_is_recorded_and_a_resumed_run_continues_it(
     assert second.sent[2] == {
         "id": 2,
         "method": "thread/resume",
-        "params": {"threadId": thread, "approvalPolicy": "on-request"},
+        "params": {"threadId": thread},
     }
     task = store.state().tasks["t"]
     assert second.sent[3]["method"] == "turn/start"
@@ -459,13 +459,15 @@ def test_a_new_thread_is_kept_and_its_id_reported_as_the_session() -> None:
 
 
 def test_a_resumed_attempt_resumes_the_thread_and_continues_in_it() -> None:
-    codex = CodexAdapter(AgentConfig(command=["codex", "app-server"], protocol="codex"))
+    codex = CodexAdapter(
+        AgentConfig(command=["codex", "app-server"], protocol="codex", approvalPolicy="untrusted")
+    )
     resumed = codex_task("th")
     request = opened(codex, resumed)
     assert request == {
         "id": 2,
         "method": "thread/resume",
-        "params": {"threadId": "th", "approvalPolicy": "on-request"},
+        "params": {"threadId": "th", "approvalPolicy": "untrusted"},  # as crew.toml sets it
     }
 
     reaction = codex.on_line(line(id=2, result={"thread": {"id": "th", "turns": []}}))

@@ -1,15 +1,16 @@
 """codex as an app server (`codex app-server`, 0.171.0): JSON-RPC 2.0 lines without the
 `"jsonrpc"` field, in both directions.
 
-- Start: `initialize`; on its result `initialized` and `thread/start` (approval policy
-  `on-request`, in the worker's folder); on that result the task prompt as the first `turn/start`.
+- Start: `initialize`; on its result `initialized` and `thread/start` (in the worker's folder,
+  with the agent's `approvalPolicy` when crew.toml sets one: else codex's own configuration
+  decides); on that result the task prompt as the first `turn/start`.
   Each request of ours has an integer id, remembered with its method until the response.
 - Session: the thread. It is started with `ephemeral: false` (an ephemeral thread lives in memory
   only and cannot be resumed), so codex keeps it as a rollout file under
   `$CODEX_HOME/sessions/` (default `~/.codex`), and its id (`result.thread.id`) is reported as the
-  session. A later attempt sends `thread/resume` (`threadId`, and the same approval policy, which
-  resume accepts as an override) instead of `thread/start`; its result has the shape of
-  thread/start's (no `thread/started` follows), and the first `turn/start` carries
+  session. A later attempt sends `thread/resume` (`threadId`, and the same approval policy if one
+  is set, which resume accepts as an override) instead of `thread/start`; its result has the
+  shape of thread/start's (no `thread/started` follows), and the first `turn/start` carries
   `continuation()` instead of the prompt. Codex writes the rollout only once the first user
   message arrives, so a thread can be gone: resume is refused (`-32600`, `no rollout found for
   thread id …`), which is an error, not the end — a new thread starts with the task prompt.
@@ -58,7 +59,6 @@ from crew.text import short
 #: back to `thread/start`).
 _SETUP = frozenset({"initialize", "thread/start"})
 #: How every thread is run: codex asks before what its sandbox does not allow.
-_APPROVAL_POLICY = "on-request"
 #: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
 _TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
 _METHOD_NOT_FOUND = -32601
@@ -208,9 +208,11 @@ class CodexAdapter:
 
     def _open_thread(self) -> bytes:
         """The thread of an earlier attempt resumed, or a new one started."""
+        policy = self.agent.approval_policy
+        chosen = {"approvalPolicy": str(policy)} if policy is not None else {}
         if self._resume is None:
-            return self._call("thread/start", approvalPolicy=_APPROVAL_POLICY, ephemeral=False)
-        return self._call("thread/resume", threadId=self._resume, approvalPolicy=_APPROVAL_POLICY)
+            return self._call("thread/start", **chosen, ephemeral=False)
+        return self._call("thread/resume", threadId=self._resume, **chosen)
 
     def _first_message(self) -> str:
         """The task prompt on a new thread; on a resumed one, the note to continue."""
