@@ -238,3 +238,11 @@ def test_a_503_that_pis_retries_never_get_past_fails_the_task(tmp_path: Path, ho
     assert task.status is TaskStatus.FAILED
     assert task.error == '503 {"type":"error","error":{"type":"overloaded_error"}}'
     assert len(store.messages(Box.OUTBOX)) == 2  # a note per retry
+
+
+def test_a_prompt_an_extension_command_handles_ends_the_turn(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "/hello")
+
+    assert leader.finish(timeout=20) == 0  # no run started, and no agent_settled came
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    assert "fake-pi ran the command /hello" in log(store)

@@ -68,6 +68,8 @@ class PiAdapter:
     _count: int = 0
     _dialogs: Questions[_Dialog] = field(default_factory=Questions)
     _error: str | None = None
+    #: A run is under way (`agent_start` came, `agent_settled` not yet).
+    _running: bool = False
     #: The session file the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
 
@@ -123,7 +125,7 @@ class PiAdapter:
         if kind == "response":
             return self._response(event)
         if kind == "agent_start":
-            self.busy = True
+            self.busy = self._running = True
         elif kind == "message_end":
             message = event.get("message") or {}
             if message.get("role") == "assistant" and message.get("stopReason") == "error":
@@ -134,7 +136,7 @@ class PiAdapter:
         elif kind == "auto_retry_end" and event.get("success") is False:
             self._error = str(event.get("finalError") or "retries failed")
         elif kind == "agent_settled":
-            self.busy = False
+            self.busy = self._running = False
             error, self._error = self._error, None
             if event.get("aborted"):
                 error = error or "aborted"
@@ -149,6 +151,8 @@ class PiAdapter:
         if event.get("success") is not False:
             if event.get("command") == "get_state":
                 return self._state(event.get("data"))
+            if event.get("command") == "prompt" and _disposition(event) == "handled":
+                return self._handled()
             return Reaction()
         error = str(event.get("error") or "unknown error")
         command = event.get("command")
@@ -156,6 +160,14 @@ class PiAdapter:
             self.busy = False
             return Reaction(signals=[AgentError(f"pi refused the prompt: {error}", fatal=True)])
         return Reaction(signals=[AgentError(f"pi: {command}: {error}")])
+
+    def _handled(self) -> Reaction:
+        """An extension command took the prompt (`/hello`): no run starts, and no
+        `agent_settled` comes for it; while idle, that is the end of the turn."""
+        if self._running:
+            return Reaction()
+        self.busy = False
+        return Reaction(signals=[TurnEnd(None)])
 
     def _state(self, state: Any) -> Reaction:
         """pi's state names its session file (none when it keeps no session)."""
@@ -190,3 +202,10 @@ def _retrying(event: dict[str, Any]) -> str:
     count = f" (attempt {attempt} of {most})" if attempt and most else ""
     cause = short(str(event.get("errorMessage") or "an error"), 200)
     return f"pi: retrying{when}{count} after {cause}"
+
+
+def _disposition(response: dict[str, Any]) -> str | None:
+    """What pi did with a prompt (pi 1.x): `started`, `queued` or `handled`."""
+    data = response.get("data")
+    value = data.get("disposition") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None

@@ -4,7 +4,8 @@ The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an e
 (from inside a tool call, as an extension tool does), `SLOW` works for a while (taking steers and
 follow-ups mid-run), `FAIL` ends the turn with a model error, `FLAKY` meets a 503 that pi's
 auto-retry gets past and `DOWN` one it never does, `NOKEY` refuses the prompt like pi
-without credentials. Anything else answers at once. Every command received is echoed on stderr
+without credentials, and a prompt starting with `/` is an extension command pi handles without
+starting a run. Anything else answers at once. Every command received is echoed on stderr
 (`fake-pi got …`), which the crew log keeps, and so is the command line (`fake-pi argv …`).
 
 Sessions are kept as pi keeps them: a JSONL file (a `session` header, then one `message` entry
@@ -327,6 +328,18 @@ def main() -> None:
                             "command": "prompt",
                             "success": True,
                             "data": {"disposition": "queued"},
+                        }
+                    )
+                    continue
+                if text.startswith("/"):  # an extension command: it runs, no agent run starts
+                    sys.stderr.write(f"fake-pi ran the command {text}\n")
+                    emit(
+                        {
+                            "id": ident,
+                            "type": "response",
+                            "command": "prompt",
+                            "success": True,
+                            "data": {"disposition": "handled"},
                         }
                     )
                     continue
