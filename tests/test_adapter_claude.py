@@ -89,8 +89,8 @@ def test_several_questions_are_one_input_answered_by_a_json_object(
 
     assert leader.finish() == 0
     (answer,) = answers(store)
-    assert answer["updatedInput"]["answers"] == {DATABASE: "SQLite", FEATURES: ["Auth", "Search"]}
-    assert f'\\"{FEATURES}\\"=\\"Auth,Search\\"' in log(store)
+    assert answer["updatedInput"]["answers"] == {DATABASE: "SQLite", FEATURES: "Auth, Search"}
+    assert f'\\"{FEATURES}\\"=\\"Auth, Search\\"' in log(store)
 
 
 @pytest.mark.parametrize(

@@ -322,9 +322,10 @@ def _describe(question: dict[str, Any]) -> str:
     return text
 
 
-def _answers(value: Any, body: str) -> dict[str, Any]:
+def _answers(value: Any, body: str) -> dict[str, str]:
     """AskUserQuestion's `answers`, by question text: from a JSON object naming the questions
     (a list of labels answers a multi-select question), or the whole body for every one."""
+    # `answers` is a map of strings (the tool's input schema): a list would not validate.
     texts = [str(q.get("question")) for q in _questions(value)]
     try:
         given = json.loads(body)
@@ -335,9 +336,11 @@ def _answers(value: Any, body: str) -> dict[str, Any]:
     return {t: _answer(given[t]) for t in texts if t in given}
 
 
-def _answer(value: Any) -> str | list[str]:
+def _answer(value: Any) -> str:
+    """One answer as AskUserQuestion's schema has it: a string; the labels chosen of a
+    multi-select question joined by ", " (as claude's own prompt joins them)."""
     if isinstance(value, list):
-        return [str(v) for v in value]
+        return ", ".join(str(v) for v in value)
     return value if isinstance(value, str) else json.dumps(value)
 
 
