@@ -19,7 +19,7 @@ from crew.adapters.wire import continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
-from crew.protocol import Contact
+from crew.protocol import Contact, Report
 from crew.registry import (
     ContactType,
     EventType,
@@ -479,3 +479,26 @@ def test_a_refused_key_fails_the_turn_at_once_not_after_claudes_retries(
         note == "claude: retrying in 0.6s (attempt 1 of 10) after authentication_failed (HTTP 401)"
     )
     assert sent(store)[-1]["request"] == {"subtype": "interrupt", "cancel_queued": True}
+
+
+def test_tool_uses_claude_denied_without_asking_are_a_note(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "DENIED")
+
+    assert leader.finish() == 0
+    (note,) = notes(store)
+    assert note.startswith("claude denied 1 tool use(s) without asking crew") and note.endswith(
+        ": Bash: make"
+    )
+
+
+def test_without_a_permission_prompt_tool_the_note_says_why() -> None:
+    claude = ClaudeCodeAdapter(AgentConfig(command=["claude", "-p"], protocol="claude-code"))
+    denial = {"tool_name": "Bash", "tool_use_id": "toolu_1", "tool_input": {"command": "make"}}
+
+    reaction = claude.on_line(json.dumps({"type": "result", "permission_denials": [denial]}))
+
+    assert reaction.signals[0] == Report(
+        ContactType.NOTE,
+        "claude denied 1 tool use(s) without asking crew (its command has no "
+        "`--permission-prompt-tool stdio`, so it asks no one): Bash: make",
+    )

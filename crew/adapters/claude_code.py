@@ -54,6 +54,7 @@ from crew.text import clip, short
 ASK_TOOL = "AskUserQuestion"
 _ABORTED = frozenset({"aborted_streaming", "aborted_tools"})
 _LOGGED_OUT = "authentication_failed"
+_PROMPT_TOOL = "--permission-prompt-tool"
 #: API errors claude retries (minutes in all) though no retry can fix them.
 _HOPELESS = frozenset({_LOGGED_OUT, "billing_error"})
 _MULTI_PROMPT = (
@@ -96,6 +97,8 @@ class ClaudeCodeAdapter:
     _logged_out: bool = False
     #: Why the turn fails, once claude is retrying what no retry can fix (it is interrupted).
     _hopeless: str | None = None
+    #: The tool uses claude asked crew about (`tool_use_id`): its other denials were its own.
+    _asked: set[str] = field(default_factory=set)
     #: The session id the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
 
@@ -226,6 +229,32 @@ class ClaudeCodeAdapter:
         return Reaction(signals=[SessionStarted(session)])
 
     def _result(self, event: dict[str, Any]) -> Reaction:
+        denied = self._denied_unasked(event.get("permission_denials"))
+        reaction = self._turn_result(event)
+        if denied is not None:
+            reaction.signals.insert(0, denied)
+        return reaction
+
+    def _denied_unasked(self, denials: Any) -> Report | None:
+        """A note for the tool uses claude denied without asking crew (`permission_denials`):
+        without `--permission-prompt-tool stdio` it asks no one and denies them all."""
+        unasked = [
+            d
+            for d in denials or []
+            if isinstance(d, dict) and str(d.get("tool_use_id")) not in self._asked
+        ]
+        if not unasked:
+            return None
+        uses = "; ".join(_action({**d, "input": d.get("tool_input")}) for d in unasked[:5])
+        why = (
+            ""
+            if _PROMPT_TOOL in self.agent.command
+            else (f" (its command has no `{_PROMPT_TOOL} stdio`, so it asks no one)")
+        )
+        text = f"claude denied {len(unasked)} tool use(s) without asking crew{why}: {uses}"
+        return Report(ContactType.NOTE, short(text, 1000))
+
+    def _turn_result(self, event: dict[str, Any]) -> Reaction:
         self._owed = False
         reason = event.get("terminal_reason")
         if self._hopeless is not None:
@@ -255,6 +284,7 @@ class ClaudeCodeAdapter:
             return Reaction(write=json_line({"type": "control_response", "response": refusal}))
         tool = str(request.get("tool_name"))
         tool_input = _dict(request.get("input"))
+        self._asked.add(str(request.get("tool_use_id")))
         if tool == ASK_TOOL:
             contact = _question(tool_input.get("questions"))
         elif self.agent.approvals is Approvals.ASK:

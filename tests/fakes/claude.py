@@ -6,7 +6,8 @@ options, `ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash c
 `TWOBASH` asks for two at once, `WITHDRAW` asks a question and withdraws it, `SLOW` works until
 something is sent to it (at most 5 s: `next` messages join the turn, `later` ones wait for their
 own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a refused key (401) until
-interrupted. Anything else is answered at once.
+interrupted, `DENIED` reports a tool use it denied without asking (as claude does without a
+permission prompt tool). Anything else is answered at once.
 Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
 received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
 JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
@@ -374,6 +375,11 @@ def turn(text: str) -> None:
             reply = slow()
         elif "BADKEY" in text:
             reply = bad_key()
+        elif "DENIED" in text:  # as claude without a permission prompt tool: it asks no one
+            reply = "I could not run Bash: permission denied."
+            result["permission_denials"] = [
+                {"tool_name": "Bash", "tool_use_id": "toolu_9", "tool_input": {"command": "make"}}
+            ]
         else:
             reply = f"done: {text}"
         with lock:
@@ -416,7 +422,7 @@ def turn(text: str) -> None:
             "total_cost_usd": 0,
             "usage": {"input_tokens": 10, "output_tokens": 5},
             "modelUsage": {},
-            "permission_denials": [],
+            "permission_denials": result.pop("permission_denials", []),
             "queued_turn_count": queued,
             "result_index": index,
             "uuid": str(uuid.uuid4()),
