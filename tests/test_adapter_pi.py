@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import SESSION
-from fake_agents import FakeAgent, killed_and_resumed, line, log
+from fake_agents import FakeAgent, killed_and_resumed, line, log, notes
 from leaders import eventually
 
 from crew import verbs
@@ -246,3 +246,19 @@ def test_a_prompt_an_extension_command_handles_ends_the_turn(tmp_path: Path, hom
     assert leader.finish(timeout=20) == 0  # no run started, and no agent_settled came
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
     assert "fake-pi ran the command /hello" in log(store)
+
+
+def test_a_steer_pi_refuses_mid_run_is_sent_again_when_the_run_settles(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "SLOW")
+    eventually(lambda: sent(store))
+
+    verbs.steer(store, "t", "REFUSE for now", session=SESSION)
+
+    assert leader.finish() == 0  # a refused message is no longer fatal
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    prompts = [c["message"] for c in sent(store) if c["type"] == "prompt"]
+    assert prompts == ["SLOW", "REFUSE for now", "REFUSE for now"]
+    assert "done: REFUSE for now" in log(store)
+    assert any(n.startswith("pi refused a message for now (Cannot queue") for n in notes(store))

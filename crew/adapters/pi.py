@@ -10,8 +10,10 @@
   arrives while one is open waits until the first is answered.
 - `agent_settled` ends a turn; an assistant message with `stopReason: "error"` makes it a failed
   turn, unless pi retries it (`auto_retry_start`, reported as a note): then only a retry that
-  fails for good (`auto_retry_end` with `success: false`) fails the turn. A refused `prompt`
-  (no model, no API key) is fatal: no run will ever start.
+  fails for good (`auto_retry_end` with `success: false`) fails the turn. A refused task prompt
+  (no model, no API key), or a message refused while pi is idle, is fatal: no run will ever
+  start. A message refused mid-run (while pi compacts) is a note, and is sent again once the run
+  settles, which then goes on.
 - Cancel: `clear_queue`, then `abort`.
 - Session: pi keeps each conversation in a JSONL session file (by default under
   `~/.pi/agent/sessions/--<cwd>--/`, or `--session-dir`, or `$PI_CODING_AGENT_DIR`). RPC mode
@@ -70,6 +72,10 @@ class PiAdapter:
     _error: str | None = None
     #: A run is under way (`agent_start` came, `agent_settled` not yet).
     _running: bool = False
+    #: Messages sent as prompts and not yet accepted, by command id: (text, behaviour).
+    _unanswered: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Messages pi refused for now (while it compacts, say): sent again once its run settles.
+    _refused: list[tuple[str, str]] = field(default_factory=list)
     #: The session file the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
 
@@ -100,7 +106,10 @@ class PiAdapter:
         if behaviour is not None and self.busy:
             fields["streamingBehavior"] = behaviour  # while idle pi starts a new run instead
         self.busy = True
-        return self._command("prompt", **fields)
+        line = self._command("prompt", **fields)
+        if behaviour is not None:  # a message, not the task's prompt: sent again if refused
+            self._unanswered[f"crew-{self._count}"] = (text, behaviour)
+        return line
 
     def _command(self, kind: str, **fields: Any) -> bytes:
         self._count += 1
@@ -140,6 +149,9 @@ class PiAdapter:
             error, self._error = self._error, None
             if event.get("aborted"):
                 error = error or "aborted"
+            if self._refused and error is None:  # pi can take them now: the turn goes on
+                again, self._refused = self._refused, []
+                return Reaction(write=b"".join(self._prompt(t, b) for t, b in again))
             return Reaction(signals=[TurnEnd(error)])
         elif kind == "extension_ui_request":
             return self._dialog(event)
@@ -148,6 +160,7 @@ class PiAdapter:
         return Reaction()
 
     def _response(self, event: dict[str, Any]) -> Reaction:
+        message = self._unanswered.pop(str(event.get("id")), None)
         if event.get("success") is not False:
             if event.get("command") == "get_state":
                 return self._state(event.get("data"))
@@ -156,6 +169,10 @@ class PiAdapter:
             return Reaction()
         error = str(event.get("error") or "unknown error")
         command = event.get("command")
+        if command == "prompt" and message is not None and self._running:
+            self._refused.append(message)  # refused mid-run (compacting): kept for its end
+            note = f"pi refused a message for now ({short(error, 200)}): it is sent again later"
+            return Reaction(signals=[Report(ContactType.NOTE, note)])
         if command == "prompt":
             self.busy = False
             return Reaction(signals=[AgentError(f"pi refused the prompt: {error}", fatal=True)])

@@ -5,7 +5,8 @@ The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an e
 follow-ups mid-run), `FAIL` ends the turn with a model error, `FLAKY` meets a 503 that pi's
 auto-retry gets past and `DOWN` one it never does, `NOKEY` refuses the prompt like pi
 without credentials, and a prompt starting with `/` is an extension command pi handles without
-starting a run. Anything else answers at once. Every command received is echoed on stderr
+starting a run; mid-run, a message starting with `REFUSE` is refused the first time, as pi refuses
+one while it compacts. Anything else answers at once. Every command received is echoed on stderr
 (`fake-pi got …`), which the crew log keeps, and so is the command line (`fake-pi argv …`).
 
 Sessions are kept as pi keeps them: a JSONL file (a `session` header, then one `message` entry
@@ -29,6 +30,7 @@ lock = threading.Lock()
 queue: list[str] = []
 busy = False
 aborted = False
+refused: set[str] = set()  # messages refused once (mid-run), accepted when sent again
 dialog_answers: dict[str, dict] = {}
 dialog_waiting = threading.Condition(lock)
 
@@ -316,6 +318,18 @@ def main() -> None:
                             "command": "prompt",
                             "success": False,
                             "error": "Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue the message.",
+                        }
+                    )
+                    continue
+                if busy and text.startswith("REFUSE") and text not in refused:
+                    refused.add(text)  # as pi refuses a message while it compacts
+                    emit(
+                        {
+                            "id": ident,
+                            "type": "response",
+                            "command": "prompt",
+                            "success": False,
+                            "error": "Cannot queue a message while compacting the context.",
                         }
                     )
                     continue
