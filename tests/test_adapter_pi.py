@@ -262,3 +262,14 @@ def test_a_steer_pi_refuses_mid_run_is_sent_again_when_the_run_settles(
     assert prompts == ["SLOW", "REFUSE for now", "REFUSE for now"]
     assert "done: REFUSE for now" in log(store)
     assert any(n.startswith("pi refused a message for now (Cannot queue") for n in notes(store))
+
+
+def test_a_dialog_that_times_out_in_pi_stops_the_task_waiting(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "ASKT:select")
+    eventually(lambda: store.state().tasks["t"].status is TaskStatus.WAITING)
+
+    assert leader.finish() == 0  # no answer came: pi went on, and so did the task
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    withdrawn = [e for e in store.events().records if e.type == "supervisor.withdrawn"]
+    assert len(withdrawn) == 1 and "pi's dialog timed out" in (withdrawn[0].message or "")
+    assert 'answer was {\\"cancelled\\": true}' in log(store)  # as pi's JSON line has it

@@ -179,6 +179,10 @@ class Questions(Generic[Q]):
         question = self._queue.pop(0)
         return question, self._next()
 
+    def held(self) -> list[Q]:
+        """Every question not yet answered, the open one first."""
+        return list(self._queue)
+
     def withdraw(self, ident: Any, reason: str) -> Reaction | None:
         """The agent took back the question `ident`: the next one is asked, or the task no
         longer waits (Withdrawn). None when the question is not held (it was answered)."""

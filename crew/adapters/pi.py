@@ -45,6 +45,8 @@ from crew.text import short
 
 #: How pi's session files end; `--session` opens an argument that ends so as a file.
 _SESSION_FILE = ".jsonl"
+#: Events that show pi went on: a dialog still open then has expired inside pi.
+_GONE_ON = frozenset({"tool_execution_end", "message_start", "agent_end", "agent_settled"})
 _DIALOGS = {
     "select": ContactType.NEED_SELECTION,
     "confirm": ContactType.NEED_CONFIRMATION,
@@ -58,6 +60,8 @@ class _Dialog:
     id: str
     method: str
     contact: Contact
+    #: pi dismisses the dialog by itself after a while (`timeout`).
+    expires: bool = False
 
 
 @dataclass
@@ -133,6 +137,13 @@ class PiAdapter:
         kind = event.get("type")
         if kind == "response":
             return self._response(event)
+        if kind in _GONE_ON and self._dialogs:
+            reaction = self._expired()
+            reaction += self._from_pi(event, kind)
+            return reaction
+        return self._from_pi(event, kind)
+
+    def _from_pi(self, event: dict[str, Any], kind: Any) -> Reaction:
         if kind == "agent_start":
             self.busy = self._running = True
         elif kind == "message_end":
@@ -208,7 +219,17 @@ class PiAdapter:
         options = [str(o) for o in event.get("options") or []] if method == "select" else []
         contact = Contact(kind if options or method != "select" else ContactType.NEED_INPUT,
                           prompt, options)  # fmt: skip
-        return self._dialogs.ask(_Dialog(str(event.get("id")), method, contact))
+        expires = isinstance(event.get("timeout"), int | float)
+        return self._dialogs.ask(_Dialog(str(event.get("id")), method, contact, expires))
+
+    def _expired(self) -> Reaction:
+        """pi went on while dialogs with a timeout were open: they expired inside pi, which
+        answers them no more (an answer now would be lost)."""
+        reaction = Reaction()
+        for dialog in self._dialogs.held():
+            if dialog.expires:
+                reaction += self._dialogs.withdraw(dialog.id, "pi's dialog timed out") or Reaction()
+        return reaction
 
 
 def _retrying(event: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """A stand-in for `pi --mode rpc`, speaking its protocol as the real one does (pi 1.6.0).
 
 The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an extension dialog
-(from inside a tool call, as an extension tool does), `SLOW` works for a while (taking steers and
+(from inside a tool call, as an extension tool does), `ASKT:…` likewise with a 0.5 s timeout, `SLOW` works for a while (taking steers and
 follow-ups mid-run), `FAIL` ends the turn with a model error, `FLAKY` meets a 503 that pi's
 auto-retry gets past and `DOWN` one it never does, `NOKEY` refuses the prompt like pi
 without credentials, and a prompt starting with `/` is an extension command pi handles without
@@ -146,8 +146,9 @@ def reply(message: dict, error: str | None = None) -> None:
     emit({"type": "message_end", "message": message})
 
 
-def ask(method: str) -> str:
-    """An extension tool asks through a dialog; its answer, as the tool reports it."""
+def ask(method: str, timeout: float | None = None) -> str:
+    """An extension tool asks through a dialog; its answer, as the tool reports it (with a
+    `timeout`, pi gives up waiting after that many seconds: the dialog is dismissed)."""
     call = f"toolu_{uuid.uuid4().hex[:8]}"
     tool = {"type": "toolCall", "id": call, "name": "ask_user", "arguments": {"method": method}}
     reply({"role": "assistant", "content": [tool], "stopReason": "toolUse"})
@@ -163,10 +164,16 @@ def ask(method: str) -> str:
         request["options"] = ["red", "green"]
     if method == "confirm":
         request.update(title="Proceed?", message="This will repaint the house.")
+    if timeout is not None:
+        request["timeout"] = int(timeout * 1000)
     emit(request)
     with dialog_waiting:
+        expires = time.monotonic() + timeout if timeout is not None else None
         while request_id not in dialog_answers:
-            dialog_waiting.wait()
+            if expires is not None and time.monotonic() >= expires:
+                dialog_answers[request_id] = {"cancelled": True}  # timed out, dismissed
+                break
+            dialog_waiting.wait(None if expires is None else max(0.0, expires - time.monotonic()))
         answer = dialog_answers.pop(request_id)
     text = json.dumps({k: v for k, v in answer.items() if k not in {"type", "id"}})
     result = {"content": [{"type": "text", "text": text}], "details": {}}
@@ -206,6 +213,8 @@ def run(first: str) -> None:
             assistant(remembered)
         if text.startswith("ASK:"):
             assistant(f"answer was {ask(text[4:])}")
+        elif text.startswith("ASKT:"):  # a dialog that times out in pi
+            assistant(f"answer was {ask(text[5:], timeout=0.5)}")
         elif text in {"FLAKY", "DOWN"}:  # a 503 that pi retries: it succeeds, or never does
             overloaded = '503 {"type":"error","error":{"type":"overloaded_error"}}'
             for attempt in (1, 2):
