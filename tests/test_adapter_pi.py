@@ -273,3 +273,14 @@ def test_a_dialog_that_times_out_in_pi_stops_the_task_waiting(tmp_path: Path, ho
     withdrawn = [e for e in store.events().records if e.type == "supervisor.withdrawn"]
     assert len(withdrawn) == 1 and "pi's dialog timed out" in (withdrawn[0].message or "")
     assert 'answer was {\\"cancelled\\": true}' in log(store)  # as pi's JSON line has it
+
+
+def test_a_pi_older_than_1_0_is_refused_at_once_naming_what_is_needed(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "hello", env={"FAKE_PI_OLD": "1"})
+
+    assert leader.finish(timeout=20) == 1  # rather than waiting for ever for the turn's end
+    error = store.state().tasks["t"].error
+    assert error is not None and error.startswith("pi is older than 1.0")
+    assert "crew needs pi 1.x, which needs Node 22.19 or later" in error

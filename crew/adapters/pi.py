@@ -45,6 +45,11 @@ from crew.text import short
 
 #: How pi's session files end; `--session` opens an argument that ends so as a file.
 _SESSION_FILE = ".jsonl"
+_TOO_OLD = (
+    "pi is older than 1.0 (its prompt responses carry no disposition), and such a pi never says "
+    "a run has ended: crew needs pi 1.x, which needs Node 22.19 or later (under an older Node, "
+    "npm installs pi 0.x)"
+)
 #: Events that show pi went on: a dialog still open then has expired inside pi.
 _GONE_ON = frozenset({"tool_execution_end", "message_start", "agent_end", "agent_settled"})
 _DIALOGS = {
@@ -175,8 +180,8 @@ class PiAdapter:
         if event.get("success") is not False:
             if event.get("command") == "get_state":
                 return self._state(event.get("data"))
-            if event.get("command") == "prompt" and _disposition(event) == "handled":
-                return self._handled()
+            if event.get("command") == "prompt":
+                return self._accepted(event)
             return Reaction()
         error = str(event.get("error") or "unknown error")
         command = event.get("command")
@@ -188,6 +193,14 @@ class PiAdapter:
             self.busy = False
             return Reaction(signals=[AgentError(f"pi refused the prompt: {error}", fatal=True)])
         return Reaction(signals=[AgentError(f"pi: {command}: {error}")])
+
+    def _accepted(self, event: dict[str, Any]) -> Reaction:
+        """pi took a prompt. pi 1.x says what it did with it (`disposition`); a pi without it is
+        older than 1.0, which never says a run has ended (no `agent_settled`): refused."""
+        disposition = _disposition(event)
+        if disposition is None:
+            return Reaction(signals=[AgentError(_TOO_OLD, fatal=True)])
+        return self._handled() if disposition == "handled" else Reaction()
 
     def _handled(self) -> Reaction:
         """An extension command took the prompt (`/hello`): no run starts, and no

@@ -30,6 +30,8 @@ lock = threading.Lock()
 queue: list[str] = []
 busy = False
 aborted = False
+#: Speak as pi 0.74 does (FAKE_PI_OLD=1): what npm installs under Node 20.
+OLD = os.environ.get("FAKE_PI_OLD") == "1"
 refused: set[str] = set()  # messages refused once (mid-run), accepted when sent again
 dialog_answers: dict[str, dict] = {}
 dialog_waiting = threading.Condition(lock)
@@ -273,7 +275,8 @@ def run(first: str) -> None:
     emit({"type": "agent_end", "messages": [], "willRetry": False})
     with lock:
         was_aborted, aborted, busy = aborted, False, False
-    emit({"type": "agent_settled", "aborted": was_aborted})
+    if not OLD:  # pi before 1.0 has no agent_settled (nor a prompt's disposition)
+        emit({"type": "agent_settled", "aborted": was_aborted})
 
 
 def state(ident: str | None) -> dict:
@@ -378,15 +381,10 @@ def main() -> None:
                     )
                     continue
                 busy = True
-            emit(
-                {
-                    "id": ident,
-                    "type": "response",
-                    "command": "prompt",
-                    "success": True,
-                    "data": {"disposition": "started"},
-                }
-            )
+            started = {"id": ident, "type": "response", "command": "prompt", "success": True}
+            if not OLD:
+                started["data"] = {"disposition": "started"}
+            emit(started)
             runner = threading.Thread(target=run, args=(text,), daemon=True)
             runner.start()
         elif kind == "get_state":
