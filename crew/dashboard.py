@@ -260,7 +260,7 @@ class Dashboard:
         if contact.options:
             for number, option in enumerate(contact.options, 1):
                 console.print(f"  {number}. {markup_safe(option)}")
-            hint = "number or text"
+            hint = "number or text" + (", or an answer of your own" if contact.other else "")
         elif contact.type is ContactType.NEED_CONFIRMATION:
             hint = "yes / no, or more words"
         else:

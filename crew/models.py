@@ -68,6 +68,8 @@ class SupervisorContact(StateModel):
     """The question, as the worker wrote it."""
     options: list[str] = Field(default_factory=list)
     """The allowed answers of a need_selection question."""
+    other: bool | None = None
+    """A need_selection question that takes an answer of one's own too (an agent's "Other")."""
     asked_at: Timestamp
     answered_at: Timestamp | None = None
     answer_id: str | None = None

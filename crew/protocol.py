@@ -106,6 +106,8 @@ class Contact:
     type: ContactType
     prompt: str
     options: list[str] = field(default_factory=list)
+    #: A need_selection question that takes an answer of one's own too (an agent's "Other").
+    other: bool = False
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,8 @@ def question_line(task: Task) -> str:
     if contact is None:
         return ""
     options = f" [{'|'.join(contact.options)}]" if contact.options else ""
-    return f"{contact.prompt}{options}"
+    own = " (or an answer of your own)" if contact.other else ""
+    return f"{contact.prompt}{options}{own}"
 
 
 # ----------------------------------------------------------------------------- sending

@@ -191,7 +191,7 @@ def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
     if contact is None:
         return {}
     selection = contact.type is ContactType.NEED_SELECTION and contact.options
-    if selection and text not in contact.options:
+    if selection and not contact.other and text not in contact.options:
         raise UsageError(
             f"{text!r} is not one of the options of question {contact.id}: "
             f"{', '.join(contact.options)}."

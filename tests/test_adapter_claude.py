@@ -502,3 +502,15 @@ def test_without_a_permission_prompt_tool_the_note_says_why() -> None:
         "claude denied 1 tool use(s) without asking crew (its command has no "
         "`--permission-prompt-tool stdio`, so it asks no one): Bash: make",
     )
+
+
+def test_a_question_with_options_accepts_an_answer_of_ones_own(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.other  # claude always offers "Other"
+    verbs.respond(store, "t", "DuckDB", session=SESSION)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)
+    assert answer["updatedInput"]["answers"] == {DATABASE: "DuckDB"}

@@ -496,3 +496,16 @@ def test_a_refused_resume_starts_a_new_thread_with_the_task_prompt() -> None:
     started = codex.on_line(line(id=3, result={"thread": {"id": "th2"}}))
     assert started.signals == [SessionStarted("th2")]
     assert json.loads(started.write)["params"]["input"] == [{"type": "text", "text": "go"}]
+
+
+def test_a_question_that_takes_other_answers_accepts_one_of_your_own(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "ASKQ")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.other  # codex's isOther
+    verbs.respond(store, "t", "DuckDB, embedded", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {"answers": {"db": {"answers": ["DuckDB, embedded"]}}}

@@ -334,8 +334,10 @@ def _question(value: Any) -> Contact:
     questions = _questions(value)
     if len(questions) == 1:
         question, labels = questions[0], _labels(questions[0])
-        if labels and not question.get("multiSelect"):
-            return Contact(ContactType.NEED_SELECTION, str(question.get("question")), labels)
+        if labels and not question.get("multiSelect"):  # claude always offers "Other" too
+            return Contact(
+                ContactType.NEED_SELECTION, str(question.get("question")), labels, other=True
+            )
         return Contact(ContactType.NEED_INPUT, _describe(question))
     lines = [f"{n}. {_describe(q)}" for n, q in enumerate(questions, 1)]
     return Contact(ContactType.NEED_INPUT, "\n".join([_MULTI_PROMPT, *lines]))

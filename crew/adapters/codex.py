@@ -342,7 +342,8 @@ def _user_input(ident: Any, params: dict[str, Any]) -> _Question:
     if len(questions) == 1:
         options = _options(questions[0])
         kind = ContactType.NEED_SELECTION if options else ContactType.NEED_INPUT
-        contact = Contact(kind, _asked(questions[0]), options)
+        other = bool(questions[0].get("isOther"))  # an answer of one's own is welcome too
+        contact = Contact(kind, _asked(questions[0]), options, other=other and bool(options))
     else:
         listed = "; ".join(
             f"{q.get('id')}: {_asked(q)}" + (f" [{'|'.join(_options(q))}]" if _options(q) else "")

@@ -132,6 +132,7 @@ def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> Supervis
         type=item.type,
         prompt=item.prompt,
         options=item.options,
+        other=item.other or None,
         asked_at=txn.at,
     )
     mailbox.contact(txn, question)
