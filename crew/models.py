@@ -118,6 +118,9 @@ class Task(StateModel):
     conversation instead of starting it again."""
     error: str | None = None
     """Why the task failed, was cancelled or was flagged."""
+    result: str | None = None
+    """The agent's final answer (agents that work in turns): the last text of its last turn,
+    up to 4 KiB."""
 
     def since(self) -> str | None:
         """When the task entered its current status (as far as the task records it)."""

@@ -281,6 +281,7 @@ class EventType(StrEnum):
     AGENT_NUDGED = "agent.nudged"
     AGENT_ERROR = "agent.error"
     AGENT_SESSION = "agent.session"
+    AGENT_RESULT = "agent.result"
     MAILBOX_DELIVERED = "mailbox.delivered"
     MAILBOX_ACKNOWLEDGED = "mailbox.acknowledged"
     MAILBOX_REJECTED = "mailbox.rejected"

@@ -282,6 +282,8 @@ def _status(report: StatusReport) -> None:
 def _note(task: Task) -> str:
     if task.error:
         return short(task.error, 60)
+    if task.result and task.status is TaskStatus.COMPLETED:  # the agent's final answer
+        return short(" ".join(task.result.split()), 60)
     if task.status.terminal and task.exit_code is not None:
         return f"exit {task.exit_code}"
     if task.contact is not None:

@@ -35,6 +35,8 @@ class TurnEnd:
     """
 
     error: str | None = None
+    #: The agent's final answer: the last text it wrote in the turn (None if it wrote none).
+    result: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted
 MAX_TEXT = 2000
 #: The longest session id taken from an agent: anything longer is not one.
 MAX_SESSION = 1024
+#: The longest final answer kept on a task (the task's log has all of it).
+MAX_RESULT = 4096
 
 
 def bounded(signal: Signal) -> Signal:
@@ -79,8 +83,10 @@ def bounded(signal: Signal) -> Signal:
         return replace(signal, text=clip(signal.text, MAX_PROMPT))
     if isinstance(signal, AgentError):
         return replace(signal, message=clip(signal.message, MAX_TEXT))
-    if isinstance(signal, TurnEnd) and signal.error is not None:
-        return replace(signal, error=clip(signal.error, MAX_TEXT))
+    if isinstance(signal, TurnEnd) and (signal.error is not None or signal.result is not None):
+        error = None if signal.error is None else clip(signal.error, MAX_TEXT)
+        result = None if signal.result is None else clip(signal.result, MAX_RESULT)
+        return replace(signal, error=error, result=result)
     if isinstance(signal, Withdrawn):
         return replace(signal, reason=clip(signal.reason, MAX_TEXT))
     if isinstance(signal, SessionStarted) and len(signal.session_id) > MAX_SESSION:

@@ -97,6 +97,8 @@ class ClaudeCodeAdapter:
     _logged_out: bool = False
     #: Why the turn fails, once claude is retrying what no retry can fix (it is interrupted).
     _hopeless: str | None = None
+    #: The last result's text: the turn's final answer.
+    _answer_text: str | None = None
     #: The tool uses claude asked crew about (`tool_use_id`): its other denials were its own.
     _asked: set[str] = field(default_factory=set)
     #: The session id the leader knows (from an earlier attempt, or reported by this one).
@@ -267,13 +269,15 @@ class ClaudeCodeAdapter:
             if self._logged_out:
                 self._error = f"claude: not logged in ({_LOGGED_OUT}): {self._error}"
         self._logged_out = False
+        answer = event.get("result")
+        self._answer_text = answer if isinstance(answer, str) and answer else None
         if self._states or event.get("queued_turn_count"):
             return Reaction()  # more turns follow, or `idle` will tell
         return self._turn_end()
 
     def _turn_end(self) -> Reaction:
-        self._ended = TurnEnd(self._error)
-        self._error = None
+        self._ended = TurnEnd(self._error, None if self._error else self._answer_text)
+        self._error, self._answer_text = None, None
         return Reaction(signals=[self._ended])
 
     def _request(self, request_id: str, request: dict[str, Any]) -> Reaction:

@@ -115,6 +115,8 @@ class CodexAdapter:
     #: cause are not.
     _retrying: bool = False
     _retry_cause: str = ""
+    #: The last agent message: the turn's final answer.
+    _answer_text: str | None = None
 
     # ------------------------------------------------------------------ to codex
 
@@ -248,6 +250,8 @@ class CodexAdapter:
             self._changes[str(item.get("id"))] = list(item.get("changes") or [])
         elif method == "item/completed":
             self._changes.pop(str(item.get("id")), None)
+            if item.get("type") == "agentMessage" and isinstance(item.get("text"), str):
+                self._answer_text = item["text"] or self._answer_text
         elif method == "serverRequest/resolved":
             return self._withdrawn(params.get("requestId"))
         return Reaction()
@@ -297,7 +301,8 @@ class CodexAdapter:
             return reaction
         self.busy = False
         error, self._outcome = self._outcome, None
-        return Reaction(signals=[TurnEnd(error)])
+        answer, self._answer_text = self._answer_text, None
+        return Reaction(signals=[TurnEnd(error, None if error else answer)])
 
     def _overtaken(self) -> Reaction:
         """The failure of an ended turn that more work follows: an error, not the end."""

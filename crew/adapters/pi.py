@@ -79,6 +79,8 @@ class PiAdapter:
     _count: int = 0
     _dialogs: Questions[_Dialog] = field(default_factory=Questions)
     _error: str | None = None
+    #: The last assistant text of the run: its final answer.
+    _answer_text: str | None = None
     #: A run is under way (`agent_start` came, `agent_settled` not yet).
     _running: bool = False
     #: Messages sent as prompts and not yet accepted, by command id: (text, behaviour).
@@ -155,6 +157,8 @@ class PiAdapter:
             message = event.get("message") or {}
             if message.get("role") == "assistant" and message.get("stopReason") == "error":
                 self._error = str(message.get("errorMessage") or "the model call failed")
+            elif message.get("role") == "assistant":
+                self._answer_text = _text_of(message) or self._answer_text
         elif kind == "auto_retry_start":  # the failure is not the turn's: pi tries again
             self._error = None
             return Reaction(signals=[Report(ContactType.NOTE, _retrying(event))])
@@ -168,7 +172,8 @@ class PiAdapter:
             if self._refused and error is None:  # pi can take them now: the turn goes on
                 again, self._refused = self._refused, []
                 return Reaction(write=b"".join(self._prompt(t, b) for t, b in again))
-            return Reaction(signals=[TurnEnd(error)])
+            answer, self._answer_text = self._answer_text, None
+            return Reaction(signals=[TurnEnd(error, None if error else answer)])
         elif kind == "extension_ui_request":
             return self._dialog(event)
         elif kind == "extension_error":
@@ -260,3 +265,13 @@ def _disposition(response: dict[str, Any]) -> str | None:
     data = response.get("data")
     value = data.get("disposition") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
+
+
+def _text_of(message: dict[str, Any]) -> str | None:
+    """The text of an assistant message (its text blocks), None if it has none."""
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    text = "".join(
+        str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
+    return text or None

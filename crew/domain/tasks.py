@@ -287,6 +287,20 @@ def remember_session(txn: Txn, task_id: str, session_id: str) -> Task | None:
     )
 
 
+def remember_result(txn: Txn, task_id: str, text: str) -> Task | None:
+    """The agent's final answer of a turn (None if it is the one already known)."""
+    task = txn.task(task_id)
+    if task.result == text:
+        return None
+    return _update(
+        txn,
+        task,
+        EventType.AGENT_RESULT,
+        message=f"{task_id}'s agent answered: {short(text, 120)}",
+        result=text,
+    )
+
+
 # ----------------------------------------------------------------------------- monitors
 
 

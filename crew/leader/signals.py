@@ -178,6 +178,8 @@ def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> No
 def _turn_ended(txn: Txn, task_id: str, agent: AgentState, item: TurnEnd) -> None:
     agent.turn_ended = True
     agent.turn_error = item.error
+    if item.result and not item.error:
+        tasks.remember_result(txn, task_id, item.result)
     if item.error:
         txn.record(
             EventType.AGENT_ERROR,
