@@ -9,7 +9,7 @@ from typing import Any
 
 from conftest import SESSION
 from fake_agents import FakeAgent, killed_and_resumed, line, log, notes
-from leaders import eventually
+from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
 from crew.adapters.base import SessionStarted
@@ -296,3 +296,20 @@ def test_the_agents_final_answer_is_the_tasks_result(tmp_path: Path, home: Home)
     assert task.status is TaskStatus.COMPLETED and task.result == "done: hello"
     (event,) = [e for e in store.events().records if e.type == "agent.result"]
     assert event.message == "t's agent answered: done: hello"
+
+
+#: An agent that writes half a line to stdout, a line to stderr, then the rest of the first.
+HALVES = (
+    "printf '{\"type\": \"agent_'; sleep 0.3; echo 'a line on stderr' >&2; sleep 0.3; "
+    "printf 'start\"}\\n'"
+)
+
+
+def test_a_line_of_stdout_and_one_of_stderr_reach_the_log_whole(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "p"}], command=["sh", "-c", HALVES],
+               agent={"protocol": "pi"})  # fmt: skip
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    leader.finish()
+
+    assert sorted(log(store).splitlines()) == ["a line on stderr", '{"type": "agent_start"}']

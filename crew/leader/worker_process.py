@@ -25,6 +25,8 @@ from crew.procs import signal_group, tree
 _READ = 65536
 #: A line longer than this without a newline is taken as it is (it is not a protocol line).
 MAX_LINE = 1024 * 1024
+#: How much of a line not yet ended waits to go to the log whole.
+_UNENDED = 64 * 1024
 
 
 class LineSplitter:
@@ -72,6 +74,9 @@ class WorkerProcess:
     open_streams: int = 2
     #: Output read but not yet in the log (the disk could not take it yet).
     unlogged: bytearray = field(default_factory=bytearray)
+    #: Per stream, the start of a line not yet ended, when stdout and stderr are two pipes (an
+    #: agent's): a line of one goes to the log whole, never with a line of the other inside it.
+    unended: dict[int, bytearray] = field(default_factory=dict)
     #: While paused, the selector registrations set aside (see Workers.pause).
     paused: list[tuple[object, int, object]] | None = None
     exit_code: int | None = None
@@ -114,13 +119,28 @@ class WorkerProcess:
         except OSError:
             data = b""
         if not data:
+            self.unlogged += self.unended.pop(fd, b"")  # the stream's last bytes, ended or not
             return None
-        self.unlogged += data
+        if self.process.stderr is None:  # one stream: the log gets it as it comes
+            self.unlogged += data
+            return data
+        pending = self.unended.setdefault(fd, bytearray())
+        pending += data
+        end = pending.rfind(b"\n") + 1
+        if len(pending) > _UNENDED:  # a line this long goes to the log in pieces
+            end = len(pending)
+        self.unlogged += pending[:end]
+        del pending[:end]
         return data
 
-    def flush_log(self) -> None:
-        """Append what was read to the task's log. An OSError (a full disk) leaves what was not
-        written in `unlogged`, for the next call."""
+    def flush_log(self, *, unended: bool = False) -> None:
+        """Append what was read to the task's log (`unended`: lines not ended yet too, as it
+        stops). An OSError (a full disk) leaves what was not written in `unlogged`, for the
+        next call."""
+        if unended:
+            for pending in self.unended.values():
+                self.unlogged += pending
+            self.unended.clear()
         while self.unlogged:
             written = os.write(self.log_fd, self.unlogged)
             del self.unlogged[:written]
@@ -209,11 +229,11 @@ class WorkerProcess:
         self.close_log()
 
     def close_log(self, *, flush: bool = False) -> None:
-        """Close its log (`flush`: after writing what it can of `unlogged`)."""
+        """Close its log (`flush`: after writing what it can of what was read)."""
         if self.log_fd < 0:
             return
         if flush:
             with contextlib.suppress(OSError):
-                self.flush_log()
+                self.flush_log(unended=True)
         os.close(self.log_fd)
         self.log_fd = -1
