@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench docs demo clean
+.PHONY: test lint typecheck unit install bench test-bench docs demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# That the benchmarks still run against the library (their quick sizes; not part of `make test`).
+test-bench: install
+	$(BIN)/pytest -m bench
 
 docs: install
 	$(BIN)/python -m crew.docgen

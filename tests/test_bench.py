@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.bench
 def test_the_benchmarks_that_use_the_library_directly_still_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREW_")}
     only = ["--only", "store", "--only", "history"]
