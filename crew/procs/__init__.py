@@ -18,6 +18,8 @@ from enum import StrEnum
 
 from crew import env
 from crew.procs import cgroup, tree
+from crew.procs.liveness import is_alive as is_alive
+from crew.procs.liveness import parent_of
 
 DEFAULT_GRACE = 5.0
 
@@ -147,39 +149,10 @@ def inherited_environs(names: tuple[str, ...], *, depth: int = 64) -> Iterator[d
             found = None
         if found is not None and all(found.get(name) for name in names):
             yield found
-        parent = _parent_of(pid)
+        parent = parent_of(pid)
         if parent is None:
             return
         pid = parent
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[-1].split()
-        return int(fields[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def is_alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie awaiting its parent is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return False
-    return bool(fields) and fields[0] == b"Z"
 
 
 class _ExitWaiter:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crew import faults
+from crew.procs.liveness import is_alive
 
 PREFIX = "crew-"
 #: The file systems and files cgroup v2 is read from.
@@ -131,7 +132,7 @@ class CgroupHome:
         with contextlib.suppress(OSError):
             for path in self.path.iterdir():
                 leader = path.name.rpartition("-")[2]
-                if path.name.startswith(PREFIX) and leader.isdigit() and not _alive(int(leader)):
+                if path.name.startswith(PREFIX) and leader.isdigit() and not is_alive(int(leader)):
                     with contextlib.suppress(OSError):
                         path.rmdir()
 
@@ -200,13 +201,3 @@ def _unescape(field: str) -> str:
     for code in ("040", "011", "012", "134"):
         field = field.replace("\\" + code, chr(int(code, 8)))
     return field
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from crew import env
 from crew.procs.cgroup import Cgroup
+from crew.procs.liveness import is_zombie, parent_of
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def signal_tree(owner: Owner, sig: signal.Signals) -> set[int]:
 def remaining(owner: Owner) -> set[int]:
     """The task's processes still alive (zombies not counted)."""
     found = candidates(owner) - {os.getpid()}  # `crew cancel` run by the worker itself
-    return {pid for pid in found if _proven(owner, pid) and not _zombie(pid)}
+    return {pid for pid in found if _proven(owner, pid) and not is_zombie(pid)}
 
 
 def candidates(owner: Owner) -> set[int]:
@@ -122,7 +123,7 @@ def candidates(owner: Owner) -> set[int]:
     found: set[int] = set(owner.cgroup.pids()) if owner.cgroup is not None else set()
     parents: dict[int, list[int]] = {}
     for pid in _pids():
-        ppid = _ppid(pid)
+        ppid = parent_of(pid)
         if ppid is not None:
             parents.setdefault(ppid, []).append(pid)
         if _environ_marks(owner, pid):
@@ -141,13 +142,13 @@ def _proven(owner: Owner, pid: int) -> bool:
         return True
     if owner.root is None or not _environ_marks(owner, owner.root):
         return False
-    ancestor = _ppid(pid)
+    ancestor = parent_of(pid)
     for _ in range(4096):  # a parent chain is finite; the bound guards against a pid cycle
         if ancestor is None or ancestor <= 1:
             return False
         if ancestor == owner.root:
             return True
-        ancestor = _ppid(ancestor)
+        ancestor = parent_of(ancestor)
     return False
 
 
@@ -167,25 +168,6 @@ def _pids() -> Iterator[int]:
         for name in os.listdir("/proc"):
             if name.isdigit():
                 yield int(name)
-
-
-def _stat(pid: int) -> list[bytes] | None:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, …)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return None
-
-
-def _ppid(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[1]) if fields is not None and len(fields) > 1 else None
-
-
-def _zombie(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is None or (bool(fields) and fields[0] in {b"Z", b"X"})
 
 
 def _environ_marks(owner: Owner, pid: int) -> bool:

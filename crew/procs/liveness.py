@@ -1,0 +1,40 @@
+"""What /proc says of a process: whether it lives, and whose child it is."""
+
+from __future__ import annotations
+
+import os
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, …); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent's pid (None if the process is gone)."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[1]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def is_zombie(pid: int) -> bool:
+    """Dead, awaiting its parent (or gone)."""
+    fields = stat_fields(pid)
+    return fields is None or (bool(fields) and fields[0] in {b"Z", b"X"})
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie awaiting its parent is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not is_zombie(pid)
