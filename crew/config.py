@@ -137,6 +137,13 @@ class AgentConfig(ConfigModel):
     approval_policy: ApprovalPolicy | None = None
     """Codex: the approval policy its threads run with (`untrusted`, `on-failure`, `on-request`,
     `never`). Unset, Codex's own configuration decides; crew never changes it."""
+    max_turns: Annotated[int, Field(ge=1)] | None = None
+    """Agents that report usage (pi, claude-code, codex): model turns a task may take before it
+    is paused to ask whether it may go on (the answer can raise the limit)."""
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """The same for tokens, input and output together."""
+    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    """The same for the agent's own cost estimate in US dollars (Claude Code, pi)."""
     may: list[WorkerRight] = Field(default_factory=list)
     """What its workers may do to their own run besides steering, following up and nudging its
     tasks and cancelling their own: `respond`, `cancel` (other tasks, the run), `handoff`,

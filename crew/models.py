@@ -55,6 +55,73 @@ class StateModel(CamelModel):
         return self.model_validate({**self.model_dump(by_alias=False), **changes})
 
 
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+class Usage(StateModel):
+    """What an agent spent, as it reports it: one model turn's worth in an `agent.usage` event,
+    a task's total on the task."""
+
+    input_tokens: NonNegative = 0
+    """Tokens the model read, those read from the provider's cache included."""
+    output_tokens: NonNegative = 0
+    """Tokens the model wrote (reasoning included)."""
+    cached_tokens: NonNegative = 0
+    """How many of the input tokens came from the provider's cache."""
+    cost_usd: Annotated[float, Field(ge=0)] | None = None
+    """The agent's own estimate of the cost in US dollars (Claude Code, pi; Codex reports none)."""
+    turns: NonNegative = 0
+    """Model turns: requests to the model, each answered."""
+    model: str | None = None
+    """The model that answered last."""
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens: what a token limit counts."""
+        return self.input_tokens + self.output_tokens
+
+    def summary(self) -> str:
+        """'12,345 tokens, $0.0123, 3 model turns'."""
+        parts = [f"{self.tokens:,} tokens"]
+        if self.cost_usd is not None:
+            parts.append(f"${self.cost_usd:,.4f}")
+        parts.append(f"{self.turns:,} model turn{'s' if self.turns != 1 else ''}")
+        return ", ".join(parts)
+
+    def plus(self, more: Usage) -> Usage:
+        """This and `more` together (the model of `more` if it names one)."""
+        cost = None
+        if self.cost_usd is not None or more.cost_usd is not None:
+            cost = round((self.cost_usd or 0.0) + (more.cost_usd or 0.0), 9)
+        return Usage(
+            input_tokens=self.input_tokens + more.input_tokens,
+            output_tokens=self.output_tokens + more.output_tokens,
+            cached_tokens=self.cached_tokens + more.cached_tokens,
+            cost_usd=cost,
+            turns=self.turns + more.turns,
+            model=more.model or self.model,
+        )
+
+
+class Limits(StateModel):
+    """How much a task may spend before it is paused to ask whether it may go on (unset: no
+    limit). A task's own are those raised for it; the rest are its agent's (crew.toml)."""
+
+    max_turns: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+
+
+class LimitReached(StateModel):
+    """Which limit a task reached, and what a yes raises it to."""
+
+    key: str
+    """Its crew.toml key: maxTurns, maxTokens or maxCostUsd."""
+    raise_to: Annotated[int, Field(gt=0)] | Annotated[float, Field(gt=0)]
+    interrupted: bool = False
+    """The agent was stopped in the middle of its turn: a yes tells it to go on."""
+
+
 class SupervisorContact(StateModel):
     """A question a worker asked; answered exactly once."""
 
@@ -74,6 +141,9 @@ class SupervisorContact(StateModel):
     answered_at: Timestamp | None = None
     answer_id: str | None = None
     """The respond message that answered it."""
+    limit: LimitReached | None = None
+    """Set on the question crew asks, not the worker, when the task reached one of its limits:
+    a yes raises it (crew/domain/budget.py)."""
 
 
 class Task(StateModel):
@@ -121,6 +191,12 @@ class Task(StateModel):
     result: str | None = None
     """The agent's final answer (agents that work in turns): the last text of its last turn,
     up to 4 KiB."""
+    agent_version: str | None = None
+    """The version its agent CLI gives (`--version`: pi, Claude Code, Codex), as last run."""
+    usage: Usage | None = None
+    """What its agent spent, over every attempt (agents that report it: pi, Claude Code, Codex)."""
+    limits: Limits | None = None
+    """Limits raised for this task when it reached them (the others are its agent's)."""
 
     def since(self) -> str | None:
         """When the task entered its current status (as far as the task records it)."""

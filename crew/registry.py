@@ -204,6 +204,7 @@ class MessageSource(StrEnum):
     NUDGE = "nudge"  # `crew nudge`
     MONITOR = "monitor"  # the stall monitor's automatic nudge
     AUTO_RESPOND = "autoRespond"  # an autoRespond rule; written `autoRespond[<index>]`
+    LIMIT = "limit"  # a task's limit was raised: crew tells the agent to go on
 
 
 class EventData(StrEnum):
@@ -282,6 +283,10 @@ class EventType(StrEnum):
     AGENT_ERROR = "agent.error"
     AGENT_SESSION = "agent.session"
     AGENT_RESULT = "agent.result"
+    AGENT_USAGE = "agent.usage"
+    AGENT_VERSION = "agent.version"
+    TASK_LIMIT_REACHED = "task.limit_reached"
+    TASK_LIMIT_RAISED = "task.limit_raised"
     MAILBOX_DELIVERED = "mailbox.delivered"
     MAILBOX_ACKNOWLEDGED = "mailbox.acknowledged"
     MAILBOX_REJECTED = "mailbox.rejected"

@@ -34,7 +34,7 @@ from crew.text import format_counts, json_safe, short, terminal_safe
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from crew.models import Task
+    from crew.models import Task, Usage
     from crew.results.admin import DoctorReport, Initialized, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
@@ -251,7 +251,9 @@ def _status(report: StatusReport) -> None:
         f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
     )
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", "NOTE"):
+    total = report.usage
+    spent = ("SPENT",) if total is not None else ()
+    for column in ("TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", *spent, "NOTE"):
         table.add_column(column)
     for task in report.tasks:
         pending = report.pending.get(task.id, {})
@@ -263,9 +265,12 @@ def _status(report: StatusReport) -> None:
             attempts(task),
             _ago(task.since()),
             shown,
+            *((_spent(task.usage),) if total is not None else ()),
             markup_safe(_note(task)),
         )
     out.print(table)
+    if total is not None:
+        out.print(f"Spent in all: {markup_safe(total.summary())}")
     if report.open_contacts:
         out.print("\n[bold]Waiting for an answer:[/]")
         for task in report.open_contacts:
@@ -277,6 +282,15 @@ def _status(report: StatusReport) -> None:
         out.print("\n[bold]Warnings:[/]")
         for warning in report.run_warnings:
             out.print(f"  [yellow]![/] {markup_safe(warning)}")
+
+
+def _spent(usage: Usage | None) -> str:
+    """'12.3k tok $0.05' (a task's usage in a narrow column)."""
+    if usage is None:
+        return "-"
+    tokens = usage.tokens
+    shown = f"{tokens / 1000:.1f}k tok" if tokens >= 1000 else f"{tokens} tok"
+    return shown + (f" ${usage.cost_usd:.2f}" if usage.cost_usd is not None else "")
 
 
 def _note(task: Task) -> str:

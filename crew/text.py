@@ -128,3 +128,12 @@ def json_safe(text: str) -> str:
     """JSON text with each character a terminal might obey written as a `\\uXXXX` escape: the
     same JSON value (they can only occur inside strings, where the escape means the same)."""
     return _RAW_IN_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+#: Answers that approve a yes/no question (an agent's, or crew's own); anything else declines.
+YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
+
+
+def confirms(answer: str) -> bool:
+    """Whether an answer to a yes/no question says yes (only an explicit yes does)."""
+    return answer.strip().lower() in YES

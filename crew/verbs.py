@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Required, TypedDict, Unpack
 
 from crew import domain, ids
-from crew.domain import gate, mailbox, tasks
+from crew.domain import budget, gate, mailbox, tasks
 from crew.domain.gate import FOLLOW_UP, NUDGE, RESPOND, STEER, Verb
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import Refused, UsageError
@@ -73,7 +73,10 @@ def respond(
         return _answers(task, text, contact_id)
 
     def record(txn: Txn, message: MailboxMessage) -> None:
+        question = txn.task(task_id).contact
         tasks.answer(txn, task_id, message)
+        if question is not None and question.limit is not None:  # crew's own question
+            budget.answered(txn, task_id, question, message)
 
     data: dict[str, Any] | None = {MessageData.SOURCE: source} if source else None
     return _send(store, RESPOND, task_id, body, sender, data=data, check=check, record=record)

@@ -22,7 +22,7 @@ from crew import ids, verbs
 from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
 from crew.config import AutoRespondRule
 from crew.domain import change, tasks
-from crew.leader import schedule, signals
+from crew.leader import autorespond, schedule, signals
 from crew.leader.signals import MALFORMED_EVENTS, AgentState
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import MAX_LINE, LineSplitter
@@ -357,12 +357,12 @@ RULES = [
 def test_auto_answer_takes_the_first_rule_that_fits(
     asked: SupervisorContact, rule: int | None
 ) -> None:
-    found = signals.auto_answer(RULES, asked)
+    found = autorespond.auto_answer(RULES, asked)
     assert found == (None if rule is None else (rule, RULES[rule]))
 
 
 def test_auto_answer_without_rules_answers_nothing() -> None:
-    assert signals.auto_answer([], question(ContactType.NEED_CONFIRMATION, "Go?")) is None
+    assert autorespond.auto_answer([], question(ContactType.NEED_CONFIRMATION, "Go?")) is None
 
 
 # ----------------------------------------------------------------------------- schedule

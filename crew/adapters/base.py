@@ -8,10 +8,11 @@ worker's stdin, and signals for the leader (a question, a report, the end of a t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from crew.models import MailboxMessage, Task
+from crew.models import MailboxMessage, Task, Usage
 from crew.protocol import (
     EXCERPT,
     MAX_OPTION,
@@ -61,7 +62,14 @@ class SessionStarted:
     session_id: str
 
 
-Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted
+@dataclass(frozen=True)
+class Spent:
+    """The agent said what its model turns cost (made by `spent`, which keeps it sane)."""
+
+    usage: Usage
+
+
+Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted | Spent
 
 #: The longest error, turn failure or withdrawal reason kept from an agent, in characters.
 MAX_TEXT = 2000
@@ -69,6 +77,42 @@ MAX_TEXT = 2000
 MAX_SESSION = 1024
 #: The longest final answer kept on a task (the task's log has all of it).
 MAX_RESULT = 4096
+#: The most tokens (and dollars) one report may claim: past it, a number is not a count.
+MAX_COUNT = 10**12
+#: The longest model name kept.
+MAX_MODEL = 200
+
+
+def spent(
+    *,
+    input_tokens: Any = 0,
+    output_tokens: Any = 0,
+    cached_tokens: Any = 0,
+    cost_usd: Any = None,
+    turns: int = 1,
+    model: Any = None,
+) -> Spent:
+    """What an agent reported spending, from its own JSON: anything that is not a count (not a
+    number, negative, beyond MAX_COUNT) counts as 0, a model name that is not text as none."""
+    cost = _amount(cost_usd, float)
+    return Spent(
+        Usage(
+            input_tokens=_amount(input_tokens, int) or 0,
+            output_tokens=_amount(output_tokens, int) or 0,
+            cached_tokens=_amount(cached_tokens, int) or 0,
+            cost_usd=cost,
+            turns=turns,
+            model=clip(model, MAX_MODEL) if isinstance(model, str) and model.strip() else None,
+        )
+    )
+
+
+def _amount(value: Any, kind: type[int] | type[float]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not 0 <= value <= MAX_COUNT:
+        return None
+    return kind(value)
 
 
 def bounded(signal: Signal) -> Signal:

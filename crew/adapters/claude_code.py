@@ -42,13 +42,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, Withdrawn
-from crew.adapters.wire import confirms, continuation, json_line, json_object
+from crew.adapters.base import (
+    AgentError,
+    Questions,
+    Reaction,
+    SessionStarted,
+    Spent,
+    TurnEnd,
+    Withdrawn,
+    spent,
+)
+from crew.adapters.wire import continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
-from crew.text import clip, short
+from crew.text import clip, confirms, short
 
 #: The tool through which claude asks the user questions.
 ASK_TOOL = "AskUserQuestion"
@@ -103,6 +112,8 @@ class ClaudeCodeAdapter:
     _asked: set[str] = field(default_factory=set)
     #: The session id the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
+    #: `total_cost_usd` of the last result: what the process had spent until then.
+    _cost_before: float = 0.0
 
     # ------------------------------------------------------------------ to claude
 
@@ -232,10 +243,38 @@ class ClaudeCodeAdapter:
 
     def _result(self, event: dict[str, Any]) -> Reaction:
         denied = self._denied_unasked(event.get("permission_denials"))
+        used = self._spent(event)
         reaction = self._turn_result(event)
-        if denied is not None:
-            reaction.signals.insert(0, denied)
+        reaction.signals[:0] = [s for s in (denied, used) if s is not None]
         return reaction
+
+    def _spent(self, result: dict[str, Any]) -> Spent | None:
+        """What the turn a `result` ends cost: its `usage` is the turn's (Anthropic's counts:
+        input without the cached tokens), its cost the turn's models' `costUSD` (or the growth
+        of `total_cost_usd`, which counts the whole process)."""
+        usage = _dict(result.get("usage"))
+        models = _dict(result.get("model_usage_since_last_result"))
+        total = result.get("total_cost_usd")
+        cost: Any = None
+        if models:
+            cost = sum(_dict(m).get("costUSD") or 0 for m in models.values())
+        elif isinstance(total, int | float):
+            cost = total - self._cost_before
+        if isinstance(total, int | float):
+            self._cost_before = total
+        read = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens",
+                                       "cache_creation_input_tokens")]  # fmt: skip
+        turns = result.get("num_turns")
+        if not usage and not cost:
+            return None
+        return spent(
+            input_tokens=sum(n for n in read if isinstance(n, int)),
+            output_tokens=usage.get("output_tokens"),
+            cached_tokens=usage.get("cache_read_input_tokens"),
+            cost_usd=cost,
+            turns=turns if isinstance(turns, int) and turns >= 0 else 1,
+            model=next(reversed(models or _dict(result.get("modelUsage"))), None),
+        )
 
     def _denied_unasked(self, denials: Any) -> Report | None:
         """A note for the tool uses claude denied without asking crew (`permission_denials`):

@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew import __version__
-from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
-from crew.adapters.wire import confirms, continuation, json_line, json_object
+from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, spent
+from crew.adapters.wire import continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
-from crew.text import short
+from crew.text import confirms, short
 
 #: Requests of ours without which the agent cannot work at all (a refused `thread/resume` falls
 #: back to `thread/start`).
@@ -117,6 +117,9 @@ class CodexAdapter:
     _retry_cause: str = ""
     #: The last agent message: the turn's final answer.
     _answer_text: str | None = None
+    #: The thread's model, and its token usage in all when it was last reported.
+    _model: str | None = None
+    _used_before: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ to codex
 
@@ -198,6 +201,7 @@ class CodexAdapter:
             return Reaction(write=initialized + self._open_thread())
         if call.method in {"thread/start", "thread/resume"}:
             self.thread = str(_dict(result.get("thread")).get("id"))
+            self._model = result.get("model") if isinstance(result.get("model"), str) else None
             reaction = Reaction(write=self._start_turn(self._first_message()))
             if self.thread != self._resume:
                 reaction.signals.append(SessionStarted(self.thread))
@@ -254,7 +258,31 @@ class CodexAdapter:
                 self._answer_text = item["text"] or self._answer_text
         elif method == "serverRequest/resolved":
             return self._withdrawn(params.get("requestId"))
+        elif method == "thread/tokenUsage/updated" and ours:
+            return self._used(_dict(params.get("tokenUsage")))
         return Reaction()
+
+    def _used(self, usage: dict[str, Any]) -> Reaction:
+        """Codex says what its thread has used in all (`total`) and in its last model call
+        (`last`): what is new since the last report is spent (a resumed thread's first report
+        counts only its last call: the rest was counted by the attempt that spent it)."""
+        total, last = _dict(usage.get("total")), _dict(usage.get("last"))
+        before = self._used_before or {k: _tokens(total, k) - _tokens(last, k) for k in _TOKENS}
+        now = {k: _tokens(total, k) for k in _TOKENS}
+        self._used_before = now
+        new = {k: now[k] - before.get(k, 0) for k in _TOKENS}
+        if not any(v > 0 for v in new.values()):
+            return Reaction()  # the same report again
+        return Reaction(
+            signals=[
+                spent(
+                    input_tokens=new["inputTokens"],
+                    output_tokens=new["outputTokens"],
+                    cached_tokens=new["cachedInputTokens"],
+                    model=self._model,
+                )
+            ]
+        )
 
     def _turn_completed(self, turn: dict[str, Any]) -> Reaction:
         error = None
@@ -445,6 +473,15 @@ def _permissions(asked: dict[str, Any]) -> str:
 
 def _input(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
+
+
+#: The counts of Codex's token usage that crew keeps.
+_TOKENS = ("inputTokens", "outputTokens", "cachedInputTokens")
+
+
+def _tokens(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -35,13 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
-from crew.adapters.wire import confirms, continuation, json_line, json_object
+from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, spent
+from crew.adapters.wire import continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import ContactType, MessageKind
-from crew.text import short
+from crew.text import confirms, short
 
 #: How pi's session files end; `--session` opens an argument that ends so as a file.
 _SESSION_FILE = ".jsonl"
@@ -153,12 +153,8 @@ class PiAdapter:
     def _from_pi(self, event: dict[str, Any], kind: Any) -> Reaction:
         if kind == "agent_start":
             self.busy = self._running = True
-        elif kind == "message_end":
-            message = event.get("message") or {}
-            if message.get("role") == "assistant" and message.get("stopReason") == "error":
-                self._error = str(message.get("errorMessage") or "the model call failed")
-            elif message.get("role") == "assistant":
-                self._answer_text = _text_of(message) or self._answer_text
+        elif kind == "message_end" and isinstance(event.get("message"), dict):
+            return self._message_end(event["message"])
         elif kind == "auto_retry_start":  # the failure is not the turn's: pi tries again
             self._error = None
             return Reaction(signals=[Report(ContactType.NOTE, _retrying(event))])
@@ -179,6 +175,35 @@ class PiAdapter:
         elif kind == "extension_error":
             return Reaction(signals=[AgentError(f"pi extension error: {event.get('error')}")])
         return Reaction()
+
+    def _message_end(self, message: dict[str, Any]) -> Reaction:
+        """A message is complete: an assistant's is a model turn, with its answer (or error)
+        and what it cost."""
+        if message.get("role") != "assistant":
+            return Reaction()
+        if message.get("stopReason") == "error":
+            self._error = str(message.get("errorMessage") or "the model call failed")
+        else:
+            self._answer_text = _text_of(message) or self._answer_text
+        usage = message.get("usage")
+        if not isinstance(usage, dict) or not usage.get("totalTokens"):
+            return Reaction()  # a call that failed before the model answered: nothing spent
+        cost = usage.get("cost")
+        return Reaction(
+            signals=[
+                spent(
+                    input_tokens=sum(
+                        n
+                        for k in ("input", "cacheRead", "cacheWrite")
+                        if isinstance(n := usage.get(k), int)
+                    ),
+                    output_tokens=usage.get("output"),
+                    cached_tokens=usage.get("cacheRead"),
+                    cost_usd=cost.get("total") if isinstance(cost, dict) else None,
+                    model=message.get("model"),
+                )
+            ]
+        )
 
     def _response(self, event: dict[str, Any]) -> Reaction:
         message = self._unanswered.pop(str(event.get("id")), None)

@@ -9,14 +9,6 @@ from crew import protocol
 from crew.models import Task
 from crew.protocol import parse_json
 
-#: Answers that approve a yes/no question put to an agent's supervisor; anything else declines.
-YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved", "confirm"})
-
-
-def confirms(answer: str) -> bool:
-    """Whether an answer to a yes/no question says yes (only an explicit yes does)."""
-    return answer.strip().lower() in YES
-
 
 def json_object(line: str) -> dict[str, Any] | None:
     """A line an agent printed, if it is a JSON object within crew's bounds (nested at most

@@ -287,6 +287,20 @@ def remember_session(txn: Txn, task_id: str, session_id: str) -> Task | None:
     )
 
 
+def remember_version(txn: Txn, task_id: str, version: str) -> Task | None:
+    """The version of the agent CLI that runs the task (None if it is the one already known)."""
+    task = txn.task(task_id)
+    if task.agent_version == version:
+        return None
+    return _update(
+        txn,
+        task,
+        EventType.AGENT_VERSION,
+        message=f"{task_id}'s agent is {version}",
+        agent_version=version,
+    )
+
+
 def remember_result(txn: Txn, task_id: str, text: str) -> Task | None:
     """The agent's final answer of a turn (None if it is the one already known)."""
     task = txn.task(task_id)

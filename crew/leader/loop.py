@@ -22,21 +22,21 @@ from functools import partial
 from crew import clock, faults, verbs
 from crew.adapters import adapter_for
 from crew.adapters.base import Adapter, Reaction, Signal
-from crew.domain import mailbox, runs, tasks
+from crew.domain import budget, mailbox, runs, tasks
 from crew.domain.lease import release
-from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader
-from crew.leader import monitors, schedule, signals, spawn
+from crew.errors import ExitCode, LeaderCrashed, StaleLeader
+from crew.leader import autorespond, monitors, schedule, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
 from crew.leader.processes import Workers, describe_exit, start_worker
+from crew.leader.versions import Versions
 from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
 from crew.registry import (
     LIVE_TASK_STATUSES,
-    EventType,
     MessageKind,
     MessageSource,
     RunStatus,
@@ -75,6 +75,7 @@ class Leader:
         self._timed_out = False
         self._next_check: float | None = None
         self.guard = WorkerGuard(self.workers, self.health, self.view)
+        self.versions = Versions(self.wakeups.wake)
 
     @property
     def state(self) -> RunState:
@@ -143,6 +144,7 @@ class Leader:
             self.view.refresh()
             self._dirty = False
         self._note_watcher_failure()
+        self.versions.record(self.view)
         self._time_out_run(now)
         self._stop_ended_workers(now)
         if not self.state.run.status.terminal and (retrying or not self.health.degraded.active):
@@ -247,8 +249,11 @@ class Leader:
                 raise
             tasks.not_started(txn, task.id, attempt=attempt, why=spawn.failure(agent, exc))
             return None
+        version = self.versions.of(task, agent.protocol, launch)
         try:
             tasks.start(txn, task.id, attempt=attempt, pid=worker.pid, token_hash=launch.token_hash)
+            if version is not None:
+                tasks.remember_version(txn, task.id, version)
         except BaseException:
             worker.discard()
             raise
@@ -285,34 +290,14 @@ class Leader:
                 txn, worker.task_id, worker.attempt, agent, said, now=now, final=final
             )
         worker.agent = agent
+        if agent.to_interrupt:  # a limit reached mid-turn: the agent stops, crew asks
+            agent.interrupting = True
+            self.workers.write(worker, worker.adapter.interrupt().write)
         return [partial(self._auto_respond, question) for question in asked]
 
     def _auto_respond(self, question: SupervisorContact) -> None:
         """Answer a question an autoRespond rule matches, through the ordinary respond verb."""
-        found = signals.auto_answer(self.state.run.config.auto_respond, question)
-        if found is None:
-            return
-        index, rule = found
-        try:
-            verbs.respond(
-                self.store,
-                question.task_id,
-                rule.answer,
-                session=self.state.run.owner_session_id,
-                contact_id=question.id,
-                epoch=self.epoch,
-                source=f"{MessageSource.AUTO_RESPOND}[{index}]",
-            )
-        except CrewError as exc:  # an answer that does not fit: leave the question open
-            if isinstance(exc, StaleLeader) or fault_of(exc) is not None:
-                raise
-            with self.view.change() as txn:
-                txn.record(
-                    EventType.SUPERVISOR_MALFORMED,
-                    task_id=question.task_id,
-                    message=f"autoRespond[{index}] could not answer {question.id}: {exc}",
-                    data={"rule": index, "reason": str(exc)},
-                )
+        autorespond.answer(self.store, self.view, question, epoch=self.epoch)
         self._dirty = True
 
     def exited(self, worker: WorkerProcess, code: int) -> None:
@@ -382,7 +367,7 @@ class Leader:
             return
         plain = worker.adapter.answers_only_while_asking
         due = self.view.pending.due(task, answers_only_while_asking=plain)
-        if not due:
+        if not due or (worker.agent.turn_ended and self._paused_at_limit(task)):
             return
         reaction = Reaction()
         for message in due:
@@ -392,6 +377,16 @@ class Leader:
         self.workers.write(worker, reaction.write)
         if reaction.signals:
             self._heard(worker, Reaction(signals=reaction.signals))
+
+    def _paused_at_limit(self, task: Task) -> bool:
+        """An idle agent whose task reached a limit is given no more work: crew asks first."""
+        reached = budget.reached(self.state.run, task)
+        if reached is None:
+            return False
+        with self.view.change() as txn:
+            question = budget.pause(txn, task.id, reached, interrupted=False)
+        self._auto_respond(question)
+        return True
 
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """The worker's stdin took these messages (Workers calls this)."""

@@ -42,8 +42,11 @@ def deliverable(
     nudge, followUp, first-written first within each. A follow-up waits while the task waits for
     an answer (or is flagged): the answer comes first. An answer held for a question a restarted
     task has not asked again waits for it. A worker that reads plain lines takes any line for the
-    answer to its open question (`answers_only_while_asking`): nothing else is given to it then."""
-    asking = answers_only_while_asking and task.contact is not None
+    answer to its open question (`answers_only_while_asking`): nothing else is given to it then,
+    nor to an agent paused at one of its limits (crew/domain/budget.py)."""
+    # An agent paused at a limit is given nothing but the answer: anything would spend more.
+    paused = task.contact is not None and task.contact.limit is not None
+    asking = (answers_only_while_asking or paused) and task.contact is not None
     due = [
         m
         for m in messages

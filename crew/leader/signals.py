@@ -7,16 +7,22 @@ here starts or reads a process, so it is tested with a store and no worker at al
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crew import ids
-from crew.adapters.base import AgentError, SessionStarted, Signal, TurnEnd, Withdrawn, bounded
-from crew.config import AutoRespondRule
-from crew.domain import mailbox, tasks
+from crew.adapters.base import (
+    AgentError,
+    SessionStarted,
+    Signal,
+    Spent,
+    TurnEnd,
+    Withdrawn,
+    bounded,
+)
+from crew.domain import budget, mailbox, tasks
 from crew.leader.throttle import ReportThrottle
 from crew.models import SupervisorContact, Task
 from crew.protocol import Ack, CheckpointRecord, Contact, DecisionRecord, Malformed, Report
@@ -41,6 +47,15 @@ class AgentState:
     malformed: int = 0
     #: Its reports in the current window of the rate limit.
     reports: ReportThrottle = field(default_factory=ReportThrottle)
+    #: The task reached one of its limits: at the end of the turn, crew asks whether it may go
+    #: on (crew/domain/budget.py); `interrupting` once the agent was told to stop the turn.
+    pausing: budget.Reached | None = None
+    interrupting: bool = False
+
+    @property
+    def to_interrupt(self) -> bool:
+        """The task reached a limit in the middle of a turn, and the agent is not yet told."""
+        return self.pausing is not None and not self.turn_ended and not self.interrupting
 
     def copy(self) -> AgentState:
         """A copy to record with: it replaces this state once the record is written."""
@@ -108,19 +123,6 @@ def _record_folded(
         mailbox.report(txn, task_id, report.type, report.text, folded=folded.count)
 
 
-def auto_answer(
-    rules: list[AutoRespondRule], question: SupervisorContact
-) -> tuple[int, AutoRespondRule] | None:
-    """The first autoRespond rule (and its index) that answers this question, if any."""
-    for index, rule in enumerate(rules):
-        if rule.type is not question.type or (rule.task and rule.task != question.task_id):
-            continue
-        if rule.match and re.search(rule.match, question.prompt) is None:
-            continue
-        return index, rule
-    return None
-
-
 # ----------------------------------------------------------------------------- the handlers
 
 
@@ -175,9 +177,24 @@ def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> No
         )
 
 
-def _turn_ended(txn: Txn, task_id: str, agent: AgentState, item: TurnEnd) -> None:
+def _spent(txn: Txn, task_id: str, agent: AgentState, item: Spent) -> None:
+    reached = budget.spend(txn, task_id, item.usage)
+    if reached is not None and agent.pausing is None:
+        agent.pausing = reached
+
+
+def _turn_ended(
+    txn: Txn, task_id: str, agent: AgentState, item: TurnEnd
+) -> SupervisorContact | None:
     agent.turn_ended = True
     agent.turn_error = item.error
+    reached, interrupted = agent.pausing, agent.interrupting
+    agent.pausing, agent.interrupting = None, False
+    if reached is not None and interrupted:  # crew stopped the turn at a limit: it asks now
+        agent.turn_error = None
+        if item.result:
+            tasks.remember_result(txn, task_id, item.result)
+        return budget.pause(txn, task_id, reached, interrupted=True)
     if item.result and not item.error:
         tasks.remember_result(txn, task_id, item.result)
     if item.error:
@@ -187,6 +204,7 @@ def _turn_ended(txn: Txn, task_id: str, agent: AgentState, item: TurnEnd) -> Non
             message=f"{task_id}'s turn failed: {short(item.error, 200)}",
             data={"error": item.error, "turnEnd": True},
         )
+    return None
 
 
 def _withdrawn(txn: Txn, task_id: str, agent: AgentState, item: Withdrawn) -> None:
@@ -219,4 +237,5 @@ _HANDLERS: dict[type, _Handler] = {
     Withdrawn: _withdrawn,
     AgentError: _agent_error,
     SessionStarted: _session,
+    Spent: _spent,
 }

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from crew.domain.lease import Lease, LeaseState
-from crew.models import MailboxMessage, Run, Task
+from crew.models import MailboxMessage, Run, Task, Usage
 from crew.registry import Box
 from crew.results import Result
 
@@ -63,6 +64,12 @@ class StatusReport(Result):
         return [t for t in self.tasks if t.contact is not None and t.contact.answered_at is None]
 
     @property
+    def usage(self) -> Usage | None:
+        """What the run's agents spent in all (None if none reported any)."""
+        spent = [t.usage for t in self.tasks if t.usage is not None]
+        return functools.reduce(Usage.plus, spent) if spent else None
+
+    @property
     def leader_alive(self) -> bool:
         return self.lease.state is LeaseState.ALIVE and self.lease.leader is not None
 
@@ -77,13 +84,17 @@ class StatusReport(Result):
                 leader["degraded"] = info.degraded
         if self.leader_log is not None:
             leader["log"] = self.leader_log
-        return {
+        document = {
             "run": self.run.to_dict(),
             "tasks": [t.to_dict() for t in self.tasks],
             "pending": self.pending,
             "warnings": self.run_warnings,
             "leader": leader,
         }
+        usage = self.usage
+        if usage is not None:
+            document["usage"] = usage.to_dict()
+        return document
 
 
 @dataclass

@@ -76,9 +76,13 @@ class Agent:
     aborted: bool = False  # interrupted: the running turn winds down
     results: int = 0
     last_error: bool = False
+    cost: float = 0.0  # the process's `total_cost_usd`
 
 
 agent = Agent()
+MODEL = "claude-opus-5-5"
+#: What each turn costs.
+TURN_COST = 0.01
 
 
 @dataclass
@@ -411,6 +415,7 @@ def turn(text: str) -> None:
         queued = len(queue)
         index, agent.results = agent.results, agent.results + 1
         agent.last_error = result["is_error"]
+        agent.cost = round(agent.cost + TURN_COST, 6)
     emit(
         {
             "type": "result",
@@ -419,9 +424,17 @@ def turn(text: str) -> None:
             "duration_api_ms": 10,
             "num_turns": 1,
             "session_id": SESSION,
-            "total_cost_usd": 0,
-            "usage": {"input_tokens": 10, "output_tokens": 5},
-            "modelUsage": {},
+            # As claude 2.1.332: `usage` is the turn's (input without the cached tokens), the
+            # cost the process's; `model_usage_since_last_result` is the turn's, per model.
+            "total_cost_usd": agent.cost,
+            "usage": {
+                "input_tokens": 400,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 600,
+                "output_tokens": 50,
+            },
+            "modelUsage": {MODEL: {"inputTokens": 400 * agent.results, "costUSD": agent.cost}},
+            "model_usage_since_last_result": {MODEL: {"inputTokens": 400, "costUSD": TURN_COST}},
             "permission_denials": result.pop("permission_denials", []),
             "queued_turn_count": queued,
             "result_index": index,

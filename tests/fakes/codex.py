@@ -4,7 +4,8 @@ integer ids from 0.
 
 The prompt of a turn picks a scenario: `ASKQ` asks one question with options, `ASKMANY` asks two,
 `RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
-access, `SLOW` works for 0.7 s (taking steers), `FAIL` fails the turn, `RETRY` retries twice
+access, `SLOW` works for 0.7 s (taking steers), `SPEND` makes five model calls 0.2 s apart (stopping
+when interrupted), `FAIL` fails the turn, `RETRY` retries twice
 before it succeeds. Anything else is answered at once. Every line received is echoed on stderr
 (`fake-codex got …`), which the crew log keeps; so is its command line first (`fake-codex argv …`).
 
@@ -171,12 +172,22 @@ def remember(role: str, text: str) -> None:
         rollout.add(role, text)
 
 
+#: What each model call uses, as codex reports it (`inputTokens` with the cached ones), and the
+#: thread's running total.
+LAST = {"inputTokens": 1000, "cachedInputTokens": 600, "outputTokens": 50, "totalTokens": 1050}
+total = dict.fromkeys(LAST, 0)
+
+
 def say(text: str) -> None:
     remember("assistant", text)
     ident = f"msg_{uuid.uuid4().hex[:8]}"
     item("agentMessage", ident, False, text="")
     in_turn("item/agentMessage/delta", itemId=ident, delta=text)
     item("agentMessage", ident, True, text=text)
+    for key, value in LAST.items():
+        total[key] += value
+    usage = {"total": dict(total), "last": LAST, "modelContextWindow": 258400}
+    in_turn("thread/tokenUsage/updated", tokenUsage=usage)
 
 
 def question(ident: str, header: str, text: str, options: list[str] | None) -> Json:
@@ -297,6 +308,13 @@ def run(text: str) -> None:
                 item("userMessage", steered, False, content=[{"type": "text", "text": extra}])
                 item("userMessage", steered, True, content=[{"type": "text", "text": extra}])
                 say(f"took into account: {extra}")
+    elif "SPEND" in text:
+        for step in range(5):
+            with lock:
+                if interrupted:
+                    break
+            say(f"step {step}")
+            time.sleep(0.2)
     elif "FAIL" in text:
         error = {
             "message": "mock: forced failure",

@@ -4,7 +4,7 @@ The prompt picks a scenario: `ASK:select|confirm|input|editor` asks through an e
 (from inside a tool call, as an extension tool does), `ASKT:…` likewise with a 0.5 s timeout, `SLOW` works for a while (taking steers and
 follow-ups mid-run), `FAIL` ends the turn with a model error, `FLAKY` meets a 503 that pi's
 auto-retry gets past and `DOWN` one it never does, `NOKEY` refuses the prompt like pi
-without credentials, and a prompt starting with `/` is an extension command pi handles without
+without credentials, `SPEND` makes five model calls 0.2 s apart (stopping when aborted), and a prompt starting with `/` is an extension command pi handles without
 starting a run; mid-run, a message starting with `REFUSE` is refused the first time, as pi refuses
 one while it compacts. Anything else answers at once. Every command received is echoed on stderr
 (`fake-pi got …`), which the crew log keeps, and so is the command line (`fake-pi argv …`).
@@ -136,9 +136,24 @@ def assistant(text: str, stop: str = "stop", error: str | None = None) -> None:
     )
 
 
+#: What each model call costs, as pi 1.6.0 reports it (`input` without the cached tokens;
+#: priced by the model's `cost` in models.json).
+USAGE = {
+    "input": 400,
+    "output": 50,
+    "cacheRead": 600,
+    "cacheWrite": 0,
+    "totalTokens": 1050,
+    "cost": {"input": 0.0012, "output": 0.00075, "cacheRead": 0.00018, "cacheWrite": 0,
+             "total": 0.00213},
+}  # fmt: skip
+
+
 def reply(message: dict, error: str | None = None) -> None:
     if error:
         message["errorMessage"] = error
+    else:
+        message.update(model="fake-model", usage=USAGE)
     emit({"type": "message_start", "message": {**message, "stopReason": "pending"}})
     for block in message["content"]:
         if block["type"] == "text":
@@ -244,6 +259,15 @@ def run(first: str) -> None:
                         "finalError": overloaded,
                     }
                 )
+        elif text == "SPEND":
+            for step in range(5):
+                with lock:
+                    if aborted:
+                        break
+                assistant(f"step {step}", stop="toolUse")
+                time.sleep(0.2)
+            else:
+                assistant("spent")
         elif text == "FAIL":
             assistant("", stop="error", error='400 {"error":"mock: forced failure"}')
         elif text == "SLOW":

@@ -1,0 +1,97 @@
+"""The versions of the agent CLIs a run uses (pi, Claude Code, Codex): `<command> --version`, once
+per agent and leader, run in a thread because a Node CLI takes a second to start; each task of
+the agent records it (`agentVersion`, event `agent.version`), so a report names what ran.
+
+Only the agent protocols are asked: any other program might take `--version` for work to do. A
+CLI that gives no answer in time, or fails, leaves the version unknown; the run goes on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from crew import env
+from crew.domain import tasks
+from crew.leader.spawn import Launch
+from crew.leader.view import RunView
+from crew.models import Task
+from crew.registry import AgentProtocol
+from crew.text import first_line
+
+#: The protocols of the agent CLIs, which all answer `--version`.
+ASKED = frozenset({AgentProtocol.PI, AgentProtocol.CLAUDE_CODE, AgentProtocol.CODEX})
+#: How long a CLI gets to say its version.
+PATIENCE = 60.0
+#: The longest version text kept.
+MAX_VERSION = 100
+
+
+class Versions:
+    """Each agent's version as its CLI says it, found in the background."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._lock = threading.Lock()
+        #: By agent name: its version, or None while it is asked (or could not be told).
+        self._known: dict[str, str | None] = {}
+        #: By agent name: the tasks started while its version was asked for.
+        self._waiting: dict[str, list[str]] = {}
+        #: Agents whose version was found and is not yet recorded on those tasks.
+        self._found: list[str] = []
+
+    def of(self, task: Task, protocol: AgentProtocol, launch: Launch) -> str | None:
+        """The version of the task's agent, if known; the first time, it is asked for (in the
+        background, with the command, folder and environment of the task's worker `launch`), and
+        recorded on the tasks it started meanwhile once it is known."""
+        if protocol not in ASKED:
+            return None
+        agent = task.agent
+        with self._lock:
+            if agent in self._known:
+                return self._known[agent]
+            self._waiting.setdefault(agent, []).append(task.id)
+            if len(self._waiting[agent]) > 1:
+                return None  # already asked
+            self._known[agent] = None
+        quiet = {k: v for k, v in launch.env.items() if k != env.WORKER_TOKEN.name}  # no secret
+        args = (agent, launch.argv[0], launch.cwd, quiet)
+        threading.Thread(target=self._ask, args=args, name=f"version-{agent}", daemon=True).start()
+        return None
+
+    def record(self, view: RunView) -> None:
+        """Record the versions found since the last call on the tasks started meanwhile."""
+        with self._lock:
+            found = [(self._known[a], self._waiting.pop(a, [])) for a in self._found]
+            self._found.clear()
+        if not found:
+            return
+        with view.change() as txn:
+            for version, started in found:
+                assert version is not None
+                for task_id in started:
+                    tasks.remember_version(txn, task_id, version)
+
+    def _ask(self, agent: str, program: str, cwd: Path, variables: dict[str, str]) -> None:
+        try:
+            done = subprocess.run(
+                [program, "--version"],
+                cwd=cwd,
+                env=variables,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PATIENCE,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return
+        said = done.stdout.decode("utf-8", errors="replace") if done.returncode == 0 else ""
+        version = first_line(said, MAX_VERSION)
+        if not version:
+            return
+        with self._lock:
+            self._known[agent] = version
+            self._found.append(agent)
+        self._wake()

@@ -1,0 +1,293 @@
+"""What agents spend, and the limits on it (crew/domain/budget.py).
+
+Each adapter turns its CLI's own usage reports into `agent.usage` events — checked line by line
+on lines captured from the real CLIs (docs/agents-protocols.md) — and the totals reach
+`crew status --json`. A task that reaches a limit is paused, asks whether it may go on, and goes
+on (yes) or is flagged for review (no): end to end for each adapter, against its fake CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION, CliResult
+from fake_agents import FakeAgent, log
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import verbs
+from crew.adapters.base import Spent
+from crew.adapters.claude_code import ClaudeCodeAdapter
+from crew.adapters.codex import CodexAdapter
+from crew.adapters.pi import PiAdapter
+from crew.config import AgentConfig
+from crew.models import Event, Usage
+from crew.paths import Home
+from crew.registry import ContactType, EventType, RunStatus, TaskStatus
+from crew.store import jsonl
+from crew.store.runstore import RunStore
+from crew.waiting import Until, wait_for_run
+
+PI = FakeAgent("pi", "pi")
+CODEX = FakeAgent("codex", "codex")
+CLAUDE = FakeAgent("claude", "claude-code")
+
+
+def spent(adapter: Any, *lines: str) -> list[Usage]:
+    """What the adapter says was spent, fed `lines`."""
+    found: list[Usage] = []
+    for line in lines:
+        found += [s.usage for s in adapter.on_line(line).signals if isinstance(s, Spent)]
+    return found
+
+
+# ----------------------------------------------------------------------------- the adapters
+
+
+def test_pi_reports_each_model_call_with_the_cached_tokens_counted_as_input() -> None:
+    adapter = PiAdapter(AgentConfig(command=["pi"], protocol="pi"))
+    usage = {"input": 400, "output": 50, "cacheRead": 600, "cacheWrite": 0, "reasoning": 0,
+             "totalTokens": 1050, "cost": {"input": 0.0012, "output": 0.00075,
+             "cacheRead": 0.00018, "cacheWrite": 0, "total": 0.00213}}  # fmt: skip
+    end = {"type": "message_end", "message": {"role": "assistant", "model": "fake-model",
+           "content": [{"type": "text", "text": "Done"}], "usage": usage, "stopReason": "stop"}}  # fmt: skip
+    failed = json.loads(json.dumps(end))
+    failed["message"].update(stopReason="error", usage={**usage, "totalTokens": 0})
+
+    (one,) = spent(adapter, json.dumps(end), json.dumps(failed))
+
+    assert one == Usage(input_tokens=1000, output_tokens=50, cached_tokens=600,
+                        cost_usd=0.00213, turns=1, model="fake-model")  # fmt: skip
+
+
+def test_codex_reports_what_is_new_in_the_threads_running_total() -> None:
+    adapter = CodexAdapter(AgentConfig(command=["codex"], protocol="codex"))
+    adapter.thread = "th"
+
+    def update(total: tuple[int, int, int], last: tuple[int, int, int]) -> str:
+        def counts(n: tuple[int, int, int]) -> dict[str, int]:
+            return {"inputTokens": n[0], "cachedInputTokens": n[1], "outputTokens": n[2]}
+
+        usage = {"total": counts(total), "last": counts(last), "modelContextWindow": 258400}
+        params = {"threadId": "th", "turnId": "tu", "tokenUsage": usage}
+        return json.dumps({"method": "thread/tokenUsage/updated", "params": params})
+
+    # A resumed thread's first report counts only its last call (the rest is an earlier
+    # attempt's); the same report twice counts once.
+    found = spent(
+        adapter,
+        update((9000, 5000, 500), (1000, 600, 50)),
+        update((11000, 6500, 570), (2000, 1500, 70)),
+        update((11000, 6500, 570), (2000, 1500, 70)),
+    )
+
+    assert [(u.input_tokens, u.cached_tokens, u.output_tokens, u.turns) for u in found] == [
+        (1000, 600, 50, 1),
+        (2000, 1500, 70, 1),
+    ]
+    assert all(u.cost_usd is None for u in found)  # codex prices nothing
+
+
+def test_claude_reports_each_turn_at_its_result_with_the_turns_own_cost() -> None:
+    adapter = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code"))
+
+    def result(total_cost: float, turn_cost: float | None, turns: int = 1) -> str:
+        event: dict[str, Any] = {
+            "type": "result", "subtype": "success", "is_error": False, "result": "Done",
+            "num_turns": turns, "total_cost_usd": total_cost,
+            "usage": {"input_tokens": 3000, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 2100, "output_tokens": 120},
+            "modelUsage": {"claude-opus-5-5": {"costUSD": total_cost}},
+        }  # fmt: skip
+        if turn_cost is not None:
+            event["model_usage_since_last_result"] = {"claude-opus-5-5": {"costUSD": turn_cost}}
+        return json.dumps(event)
+
+    # total_cost_usd counts the whole process: without the turn's own figures, what it grew by.
+    found = spent(adapter, result(0.01482, 0.01482, turns=2), result(0.02, None))
+
+    assert found[0] == Usage(input_tokens=5100, output_tokens=120, cached_tokens=2100,
+                             cost_usd=0.01482, turns=2, model="claude-opus-5-5")  # fmt: skip
+    assert found[1].cost_usd == pytest.approx(0.02 - 0.01482)
+
+
+# ----------------------------------------------------------------------------- totals
+
+
+def events(store: RunStore, kind: EventType) -> list[Event]:
+    return [e for e in jsonl.read(store.paths.events, Event).records if e.type is kind]
+
+
+@pytest.mark.parametrize(
+    ("agent", "prompt", "expected"),
+    [
+        (PI, "hello", {"inputTokens": 1000, "outputTokens": 50, "cachedTokens": 600,
+                       "costUsd": 0.00213, "turns": 1, "model": "fake-model"}),
+        (CODEX, "hello", {"inputTokens": 1000, "outputTokens": 50, "cachedTokens": 600, "model": "mock-model",
+                          "turns": 1}),
+        (CLAUDE, "hello", {"inputTokens": 1000, "outputTokens": 50, "cachedTokens": 600,
+                           "costUsd": 0.01, "turns": 1, "model": "claude-opus-5-5"}),
+    ],
+    ids=["pi", "codex", "claude"],
+)  # fmt: skip
+def test_status_shows_what_each_task_and_the_run_spent(
+    tmp_path: Path, home: Home, cli: Any, agent: FakeAgent, prompt: str, expected: dict[str, Any]
+) -> None:
+    leader, store = agent.start(tmp_path, home, prompt)
+    assert leader.finish() == 0
+
+    status = cli("status", store.run_id, "--json")
+    document = json.loads(status.out)
+    assert document["tasks"][0]["usage"] == expected
+    assert document["usage"] == expected  # one task: the run's total is the task's
+    (event,) = events(store, EventType.AGENT_USAGE)
+    assert event.data is not None and event.data["turn"] == expected
+    shown: CliResult = cli("status", store.run_id)
+    assert "SPENT" in shown.out and "Spent in all: 1,050 tokens" in shown.out
+
+
+def test_the_runs_total_adds_up_every_task(tmp_path: Path, home: Home, cli: Any) -> None:
+    leader, store = PI.start(tmp_path, home, "SPEND")
+    assert leader.finish() == 0
+
+    usage = json.loads(cli("status", store.run_id, "--json").out)["usage"]
+    assert usage["turns"] == 6  # five steps and the answer
+    assert usage["inputTokens"] == 6000 and usage["costUsd"] == pytest.approx(6 * 0.00213)
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+def flagged_task(store: RunStore) -> Any:
+    task = store.state().tasks["t"]
+    return task if task.status is TaskStatus.NEEDS_REVIEW else None
+
+
+def paused(store: RunStore) -> Any:
+    """The task, once it waits on crew's question about its limit."""
+    (task,) = wait_for_run(store, Until.WAITING, timeout=30).tasks
+    assert task.contact is not None and task.contact.limit is not None
+    assert task.contact.type is ContactType.NEED_CONFIRMATION
+    return task
+
+
+@pytest.mark.parametrize("agent", [PI, CODEX], ids=["pi", "codex"])
+def test_a_task_at_its_turn_limit_is_stopped_mid_turn_and_goes_on_when_told_yes(
+    tmp_path: Path, home: Home, agent: FakeAgent
+) -> None:
+    leader, store = agent.start(tmp_path, home, "SPEND", maxTurns=2)
+
+    task = paused(store)
+    assert task.contact.prompt == (
+        "t reached its limit of 2 model turns (2 model turns used). "
+        "Raise the limit to 4 model turns and go on?"
+    )
+    assert task.usage is not None and task.usage.turns == 2  # stopped before a third
+    verbs.respond(store, "t", "yes", session=SESSION)
+
+    assert leader.finish() == 0
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.COMPLETED
+    assert task.limits is not None and task.limits.max_turns == 4
+    assert "[crew] You were paused at your limit of maxTurns" in log(store)  # told to go on
+    (raised,) = events(store, EventType.TASK_LIMIT_RAISED)
+    assert raised.data is not None and raised.data["limit"] == "maxTurns"
+    assert raised.data["value"] == 4
+    (reached,) = events(store, EventType.TASK_LIMIT_REACHED)
+    assert reached.data == {"limit": "maxTurns", "value": 2, "used": 2}
+
+
+@pytest.mark.parametrize("agent", [PI, CODEX], ids=["pi", "codex"])
+def test_a_task_told_no_at_its_limit_is_flagged_and_spends_nothing_more(
+    tmp_path: Path, home: Home, agent: FakeAgent
+) -> None:
+    leader, store = agent.start(tmp_path, home, "SPEND", maxTokens=2000)
+    task = paused(store)
+    assert "reached its limit of 2,000 tokens (2,100 tokens used)" in task.contact.prompt
+
+    verbs.respond(store, "t", "no", session=SESSION)
+
+    flagged = eventually(lambda: flagged_task(store), timeout=30)
+    assert flagged.error == "stopped at its limit (maxTokens): the answer was 'no', not yes"
+    assert "[crew] You were paused" not in log(store)
+    verbs.cancel(store, session=SESSION)
+    leader.finish()
+    assert store.state().tasks["t"].usage.turns == 2  # type: ignore[union-attr]
+
+
+def test_an_idle_claude_over_its_cost_limit_asks_before_it_takes_more_work(
+    tmp_path: Path, home: Home
+) -> None:
+    # claude reports usage only when a turn ends: past its limit then, it is given no more work
+    # until a yes.
+    leader, store = CLAUDE.start(tmp_path, home, "hello", maxCostUsd=0.005, keepOpen="60s")
+    eventually(lambda: store.state().tasks["t"].usage is not None)
+
+    verbs.follow_up(store, "t", "second job", session=SESSION)
+    task = paused(store)
+    assert "limit of $0.005 ($0.01 used). Raise the limit to $0.015 " in task.contact.prompt
+    assert "second job" not in log(store)  # held back while it asks
+    verbs.respond(store, "t", "yes", session=SESSION)
+
+    eventually(lambda: "done: second job" in log(store), timeout=30)
+    assert "[crew] You were paused" not in log(store)  # it was idle: the follow-up is the work
+    verbs.cancel(store, "t", session=SESSION)
+    leader.finish()
+    task = store.state().tasks["t"]
+    assert task.limits is not None and task.limits.max_cost_usd == pytest.approx(0.015)
+    assert task.usage is not None and task.usage.cost_usd == pytest.approx(0.02)
+
+
+def test_an_autorespond_rule_answers_the_limit_question_unattended(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": "SPEND"}],
+        command=[sys.executable, str(PI.script)],
+        agent={"protocol": "pi", "maxTurns": 2},
+        auto_respond=[{"type": "need_confirmation", "match": "its limit of", "answer": "no"}],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    flagged = eventually(lambda: flagged_task(store), timeout=30)
+    assert flagged.error.startswith("stopped at its limit (maxTurns)")
+    assert store.state().run.status is RunStatus.NEEDS_REVIEW
+    verbs.cancel(store, session=SESSION)
+    leader.finish()
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+def test_each_task_records_the_version_its_agent_cli_gives(tmp_path: Path, home: Home) -> None:
+    cli = tmp_path / "pi"  # what pi's npm package installs: a program that answers --version
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = --version ]; then echo >>{tmp_path}/asked; echo 1.6.0; echo more; exit; fi\n'
+        f'exec {sys.executable} {PI.script} "$@"\n'
+    )
+    cli.chmod(0o755)
+    write_crew(
+        tmp_path,
+        [{"id": "a", "prompt": "hello"}, {"id": "b", "prompt": "hello"}],
+        command=[str(cli), "--mode", "rpc"],
+        agent={"protocol": "pi", "keepOpen": "60s"},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    def versions() -> list[str | None]:
+        return [t.agent_version for t in store.state().task_list()]
+
+    assert eventually(lambda: versions() == ["1.6.0", "1.6.0"], timeout=30)
+    verbs.cancel(store, session=SESSION)
+    leader.finish()
+    recorded = events(store, EventType.AGENT_VERSION)
+    assert sorted(e.task_id or "" for e in recorded) == ["a", "b"]
+    assert (tmp_path / "asked").read_text() == "\n"  # asked once for both
+    assert "--version" not in log(store)  # the worker itself never got it
