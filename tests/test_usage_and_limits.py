@@ -291,3 +291,20 @@ def test_each_task_records_the_version_its_agent_cli_gives(tmp_path: Path, home:
     assert sorted(e.task_id or "" for e in recorded) == ["a", "b"]
     assert (tmp_path / "asked").read_text() == "\n"  # asked once for both
     assert "--version" not in log(store)  # the worker itself never got it
+
+
+def test_an_idle_claude_told_no_at_its_limit_gets_no_more_work(tmp_path: Path, home: Home) -> None:
+    leader, store = CLAUDE.start(tmp_path, home, "hello", maxTurns=1, keepOpen="60s")
+    eventually(lambda: store.state().tasks["t"].usage is not None)
+    verbs.follow_up(store, "t", "second job", session=SESSION)
+    paused(store)
+
+    verbs.respond(store, "t", "no", session=SESSION)
+
+    flagged = eventually(lambda: flagged_task(store), timeout=30)
+    assert flagged.error.startswith("stopped at its limit (maxTurns)")
+    verbs.steer(store, "t", "a steer", session=SESSION)  # asks again rather than spending
+    eventually(lambda: store.state().tasks["t"].status is TaskStatus.WAITING, timeout=30)
+    verbs.cancel(store, session=SESSION)
+    leader.finish()
+    assert "second job" not in log(store) and "a steer" not in log(store)
