@@ -13,9 +13,11 @@ script serves every CLI.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,12 +28,12 @@ USAGE = {"input": 120, "output": 30, "cached": 80}
 
 @dataclass(frozen=True)
 class Text:
-    """Text streamed in `chunks`, `delay` seconds apart; after the first chunk the stream waits
-    for `hold` (if any) to be set, so a test can act while the model is mid-answer."""
+    """Text streamed in `chunks`, `delay` seconds apart; a `held` text stops after its first
+    chunk until `Model.release()`, so a test can act while the model is mid-answer."""
 
     chunks: tuple[str, ...]
     delay: float = 0.0
-    hold: threading.Event | None = None
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class Usage:
 Step = Text | Tool | Error | Usage
 
 
-def text(*chunks: str, delay: float = 0.0, hold: threading.Event | None = None) -> Text:
-    return Text(chunks, delay, hold)
+def text(*chunks: str, delay: float = 0.0, held: bool = False) -> Text:
+    return Text(chunks, delay, held)
 
 
 def bash(command: str) -> Tool:
@@ -74,9 +76,10 @@ def bash(command: str) -> Tool:
     )
 
 
-def ask(question: str, options: list[str] | None = None) -> Tool:
-    """A question to the user: Claude's AskUserQuestion, Codex's request_user_input."""
-    choices = [{"label": o, "description": f"use {o}"} for o in options or []]
+def ask(question: str, options: list[str]) -> Tool:
+    """A question to the user: Claude's AskUserQuestion, Codex's request_user_input (both
+    refuse a question with fewer than two options, and both take an answer of one's own)."""
+    choices = [{"label": o, "description": f"use {o}"} for o in options]
     item = {"question": question, "header": "Question", "options": choices, "multiSelect": False}
     codex = {"id": "q1", "header": "Question", "question": question, "options": choices}
     return Tool(("askuserquestion", "request_user_input"), {"questions": [item], "_codex": codex})
@@ -99,6 +102,8 @@ class Request:
     body: dict[str, Any]
     headers: dict[str, str]
     scripted: bool
+    #: The client dropped the connection before the response ended (an interrupt).
+    dropped: bool = False
 
     @property
     def dump(self) -> str:
@@ -115,6 +120,7 @@ class Model:
     default: list[Step] = field(default_factory=lambda: [text("OK")])
     lock: threading.Lock = field(default_factory=threading.Lock)
     changed: threading.Condition = field(init=False)
+    gate: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self.lock)
@@ -130,21 +136,45 @@ class Model:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
         self.server.shutdown()
         self.server.server_close()
+
+    def release(self) -> None:
+        """Let held texts go on."""
+        self.gate.set()
 
     def script(self, *turns: list[Step]) -> None:
         with self.lock:
             self.turns.extend(turns)
 
-    def take(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> list[Step]:
+    def take(
+        self, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[Request, list[Step]]:
         """Record a request and return the turn that answers it."""
         with self.lock:
             scripted = bool(self.turns) and _is_main(path, body)
             turn = self.turns.pop(0) if scripted else self.default
-            self.requests.append(Request(path, body, headers, scripted))
+            request = Request(path, body, headers, scripted)
+            self.requests.append(request)
             self.changed.notify_all()
-            return turn
+            return request, turn
+
+    def note(self, request: Request) -> None:
+        """Mark `request` dropped by the client."""
+        with self.lock:
+            request.dropped = True
+            self.changed.notify_all()
+
+    def until(self, check: Callable[[list[Request]], Any], timeout: float = 60) -> Any:
+        """Wait until `check` of the scripted requests is truthy, and return it."""
+        with self.changed:
+            found = self.changed.wait_for(
+                lambda: check([r for r in self.requests if r.scripted]), timeout
+            )
+            if not found:
+                raise AssertionError(f"not met in {timeout}s; requests: {self.requests}")
+            return found
 
     def scripted(self) -> list[Request]:
         """The requests that took a scripted turn."""
@@ -152,13 +182,8 @@ class Model:
             return [r for r in self.requests if r.scripted]
 
     def wait(self, count: int, timeout: float = 60) -> list[Request]:
-        """Wait until `count` requests took a scripted turn."""
-        with self.changed:
-            if not self.changed.wait_for(
-                lambda: sum(r.scripted for r in self.requests) >= count, timeout
-            ):
-                raise AssertionError(f"the model got {len(self.requests)} requests, not {count}")
-            return [r for r in self.requests if r.scripted]
+        """Wait until `count` requests took a scripted turn, and return them."""
+        return self.until(lambda requests: requests if len(requests) >= count else None, timeout)
 
 
 def _is_main(path: str, body: dict[str, Any]) -> bool:
@@ -183,7 +208,7 @@ def _handler(model: Model) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b"{}"
             body = json.loads(raw or b"{}")
-            turn = model.take(self.path, body, dict(self.headers))
+            request, turn = model.take(self.path, body, dict(self.headers))
             failure = next((s for s in turn if isinstance(s, Error)), None)
             if failure is not None:
                 self.reply(failure.status, _error_body(self.path, failure))
@@ -191,7 +216,7 @@ def _handler(model: Model) -> type[BaseHTTPRequestHandler]:
             if self.path.endswith("/count_tokens"):
                 self.reply(200, {"input_tokens": 100})
                 return
-            events = _stream(self.path, body, turn)
+            events = _stream(self.path, body, turn, self.hold)
             if events is None:
                 self.reply(404, {"error": {"message": f"no such API: {self.path}"}})
                 return
@@ -204,9 +229,16 @@ def _handler(model: Model) -> type[BaseHTTPRequestHandler]:
                 for chunk in events:
                     self.wfile.write(chunk.encode())
                     self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up on the stream (an interrupt): nothing to finish
+            except (BrokenPipeError, ConnectionResetError, _Dropped):
+                model.note(request)  # the client gave up on the stream (an interrupt)
             self.close_connection = True
+
+        def hold(self) -> None:
+            """Wait for the model's gate, or until the client hangs up."""
+            while not model.gate.wait(0.05):
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    raise _Dropped
 
         def reply(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
@@ -229,23 +261,30 @@ def _error_body(path: str, failure: Error) -> dict[str, Any]:
     return {"error": {"message": failure.message, "type": "error", "code": str(failure.status)}}
 
 
-def _stream(path: str, body: dict[str, Any], turn: list[Step]) -> Iterator[str] | None:
+class _Dropped(Exception):
+    """The client hung up while its response was held."""
+
+
+Hold = Callable[[], None]
+
+
+def _stream(path: str, body: dict[str, Any], turn: list[Step], hold: Hold) -> Iterator[str] | None:
     if path.endswith("/chat/completions"):
-        return _chat(body, turn)
+        return _chat(body, turn, hold)
     if path.endswith("/messages"):
-        return _messages(body, turn)
+        return _messages(body, turn, hold)
     if path.endswith("/responses"):
-        return _responses(body, turn)
+        return _responses(body, turn, hold)
     return None
 
 
-def _texts(step: Text) -> Iterator[str]:
+def _texts(step: Text, hold: Hold) -> Iterator[str]:
     for i, chunk in enumerate(step.chunks):
         if i and step.delay:
             time.sleep(step.delay)
         yield chunk
-        if i == 0 and step.hold is not None:
-            step.hold.wait(60)
+        if i == 0 and step.held:
+            hold()
 
 
 def _usage(turn: list[Step]) -> Usage:
@@ -284,7 +323,7 @@ def _sse(data: dict[str, Any], event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
-def _chat(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
+def _chat(body: dict[str, Any], turn: list[Step], hold: Hold) -> Iterator[str]:
     """OpenAI chat completions, streamed."""
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": body.get("model")}
 
@@ -295,7 +334,7 @@ def _chat(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
     yield chunk({"role": "assistant", "content": ""})
     for step in turn:
         if isinstance(step, Text):
-            for piece in _texts(step):
+            for piece in _texts(step, hold):
                 yield chunk({"content": piece})
         elif isinstance(step, Tool):
             name = _tool_name(body, step)
@@ -324,7 +363,7 @@ def _chat(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
-def _messages(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
+def _messages(body: dict[str, Any], turn: list[Step], hold: Hold) -> Iterator[str]:
     """The Anthropic Messages API, streamed."""
     used = _usage(turn)
     message = {
@@ -352,7 +391,7 @@ def _messages(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
                 {"type": "content_block_start", "index": index, "content_block": block},
                 "content_block_start",
             )
-            for piece in _texts(step):
+            for piece in _texts(step, hold):
                 delta = {"type": "text_delta", "text": piece}
                 yield _sse(
                     {"type": "content_block_delta", "index": index, "delta": delta},
@@ -383,7 +422,7 @@ def _messages(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
     yield _sse({"type": "message_stop"}, "message_stop")
 
 
-def _responses(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
+def _responses(body: dict[str, Any], turn: list[Step], hold: Hold) -> Iterator[str]:
     """The OpenAI Responses API, streamed."""
     response: dict[str, Any] = {"id": "resp_fake", "object": "response", "status": "in_progress"}
     yield _sse({"type": "response.created", "response": response}, "response.created")
@@ -398,7 +437,7 @@ def _responses(body: dict[str, Any], turn: list[Step]) -> Iterator[str]:
             }
             added = {"type": "response.output_item.added", "output_index": index, "item": item}
             yield _sse(added, added["type"])
-            for piece in _texts(step):
+            for piece in _texts(step, hold):
                 delta = {
                     "type": "response.output_text.delta",
                     "item_id": item["id"],
