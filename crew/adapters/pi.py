@@ -8,9 +8,11 @@
   options, `confirm` → need_confirmation, `input`/`editor` → need_input) and are answered with
   `extension_ui_response`. pi has no permission prompts of its own. A second question that
   arrives while one is open waits until the first is answered.
-- `agent_settled` ends a turn; an assistant message with `stopReason: "error"` makes it a failed
-  turn, unless pi retries it (`auto_retry_start`, reported as a note): then only a retry that
-  fails for good (`auto_retry_end` with `success: false`) fails the turn. A refused task prompt
+- `agent_settled` ends a turn, unless a message crew sent is still unanswered (it reached pi as
+  the run ended, and pi starts a new run for it after settling); an assistant message with
+  `stopReason: "error"` makes it a failed turn, unless pi retries it (`auto_retry_start`,
+  reported as a note): then only a retry that fails for good (`auto_retry_end` with
+  `success: false`) fails the turn. A refused task prompt
   (no model, no API key), or a message refused while pi is idle, is fatal: no run will ever
   start. A message refused mid-run (while pi compacts) is a note, and is sent again once the run
   settles, which then goes on.
@@ -168,6 +170,9 @@ class PiAdapter:
             if self._refused and error is None:  # pi can take them now: the turn goes on
                 again, self._refused = self._refused, []
                 return Reaction(write=b"".join(self._prompt(t, b) for t, b in again))
+            if self._unanswered and error is None:  # sent as the run ended: pi runs it next
+                self.busy = True
+                return Reaction()
             answer, self._answer_text = self._answer_text, None
             return Reaction(signals=[TurnEnd(error, None if error else answer)])
         elif kind == "extension_ui_request":
