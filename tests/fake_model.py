@@ -104,6 +104,8 @@ class Request:
     scripted: bool
     #: The client dropped the connection before the response ended (an interrupt).
     dropped: bool = False
+    #: The usage its response reported (None for an HTTP error).
+    usage: Usage | None = None
 
     @property
     def dump(self) -> str:
@@ -155,7 +157,8 @@ class Model:
         with self.lock:
             scripted = bool(self.turns) and _is_main(path, body)
             turn = self.turns.pop(0) if scripted else self.default
-            request = Request(path, body, headers, scripted)
+            failed = any(isinstance(step, Error) for step in turn)
+            request = Request(path, body, headers, scripted, usage=None if failed else _usage(turn))
             self.requests.append(request)
             self.changed.notify_all()
             return request, turn

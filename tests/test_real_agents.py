@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -346,3 +348,60 @@ def test_a_resumed_run_goes_on_with_the_agents_session(cli: Cli, run: Any, model
     third = model.wait(3)[2]
     assert said(third, "was cut short") and said(third, "first step")  # the old conversation
     assert task.result == "Picked up where I left off."
+
+
+@pytest.mark.parametrize("cli", ALL)
+def test_status_adds_up_what_the_model_reported(cli: Cli, run: Any, model: Model) -> None:
+    model.script(
+        [bash("echo counted"), usage(1000, 50, 600)], [text("Three."), usage(2000, 70, 1500)]
+    )
+    agent = run(cli)
+    leader, store = agent.start(approvals="allow")
+
+    code, task, context = finished(leader, store)
+    assert code == 0 and task.status is TaskStatus.COMPLETED, context
+    status = subprocess.run(
+        [sys.executable, "-m", "crew", "status", leader.run_id, "--json"],
+        cwd=agent.folder, env=agent.environment(), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    spent = json.loads(status.stdout)["usage"]
+    reported = [r.usage for r in model.requests if r.usage is not None]
+    assert len(reported) == 2, model.requests  # the agent's own requests, nothing on the side
+    # The server reports OpenAI's input (cached tokens included) and Anthropic's (without):
+    # crew counts what the model read, cached or not.
+    read = 3000 + 2100 if cli is CLAUDE else 3000
+    assert spent["inputTokens"] == read and spent["cachedTokens"] == 2100
+    assert spent["outputTokens"] == 120 and spent["turns"] == 2
+    if cli is PI:  # priced by pi from models.json's cost per million tokens
+        assert spent["costUsd"] == pytest.approx((900 * 3 + 120 * 15 + 2100 * 0.3) / 1e6)
+    elif cli is CLAUDE:  # priced by claude from its own table
+        assert spent["costUsd"] > 0 and spent["model"].startswith("claude-")
+    else:
+        assert "costUsd" not in spent  # codex prices nothing
+
+
+@pytest.mark.parametrize("cli", [pytest.param(c, id=c.name) for c in (PI, CODEX)])
+@pytest.mark.parametrize("answer", ["yes", "no"])
+def test_a_task_at_its_token_limit_is_paused_mid_turn(
+    cli: Cli, run: Any, model: Model, answer: str
+) -> None:
+    model.script([bash("echo one"), usage(1000, 50)], [text("Done.")])
+    leader, store = run(cli).start(approvals="allow", maxTokens=1000)
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=60).tasks
+    assert task.contact is not None and task.contact.limit is not None
+    assert task.contact.prompt.startswith("t reached its limit of 1,000 tokens (1,050 tokens")
+    verbs.respond(store, "t", answer, session=SESSION)
+
+    if answer == "yes":
+        code, task, context = finished(leader, store)
+        assert code == 0 and task.status is TaskStatus.COMPLETED, context
+        assert any(said(r, "You were paused at your limit") for r in model.requests)
+        return
+    flagged = eventually(lambda: store.state().tasks["t"].status is TaskStatus.NEEDS_REVIEW, 30)
+    assert flagged
+    asked = len(model.requests)
+    verbs.cancel(store, session=SESSION)
+    code, task, context = finished(leader, store)
+    assert task.status is TaskStatus.CANCELLED, context
+    assert len(model.requests) == asked  # nothing more reached the model
