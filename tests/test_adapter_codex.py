@@ -182,6 +182,133 @@ def test_a_file_change_approval_names_the_files_of_its_item(tmp_path: Path, home
     assert "the changes were applied" in log(store)
 
 
+def elicit(**request: Any) -> str:
+    """A prompt that makes the fake codex's MCP server ask the user this."""
+    return "ELICIT " + json.dumps(request)
+
+
+PORT = {"type": "integer", "title": "Port", "description": "where to listen", "minimum": 1}
+
+
+def test_an_mcp_form_of_one_field_asks_for_it_and_again_when_the_answer_does_not_fit(
+    tmp_path: Path, home: Home
+) -> None:
+    schema = {"type": "object", "properties": {"port": PORT}, "required": ["port"]}
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Configure the server", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Configure the server — port (integer, at least 1, required):"
+        " where to listen (or decline, cancel)"
+    )
+    verbs.respond(store, "t", "eighty", session=SESSION)
+    again = eventually(lambda: wait_for_run(store, Until.WAITING, timeout=20).tasks[0].contact)
+    assert again.id != task.contact.id
+    assert again.prompt.endswith("(port takes a number, not 'eighty'; answer again)")
+    verbs.respond(store, "t", "8080", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"action": "accept", "content": {"port": 8080}}}
+    assert 'elicited: {\\"action\\": \\"accept\\"' in log(store)
+
+
+def test_an_mcp_form_of_several_fields_is_answered_by_a_json_object(
+    tmp_path: Path, home: Home
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "port": PORT,
+            "env": {"type": "string", "oneOf": [{"const": "p", "title": "Production"}]},
+            "tls": {"type": "boolean", "title": "TLS"},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}},
+        },
+        "required": ["port"],
+    }
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Set up", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Set up\n"
+        "Answer with a JSON object of field → value, or decline or cancel:\n"
+        "- port (integer, at least 1, required): where to listen\n"
+        "- env (one of Production)\n"
+        "- tls (boolean): TLS\n"
+        "- tags (any of a|b|c, as a JSON list)"
+    )
+    verbs.respond(
+        store, "t", '{"port": "443", "env": "Production", "TLS": "yes", "tags": ["a", "c"]}',
+        session=SESSION,
+    )  # fmt: skip
+
+    assert leader.finish() == 0
+    content = {"port": 443, "env": "p", "tls": True, "tags": ["a", "c"]}
+    assert answer(store)["result"] == {"action": "accept", "content": content}
+
+
+def test_an_mcp_choice_is_a_selection_that_can_be_declined(tmp_path: Path, home: Home) -> None:
+    env = {"type": "string", "enum": ["dev", "prod"], "enumNames": ["Development", "Production"]}
+    schema = {"type": "object", "properties": {"env": env}}
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Where?", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
+    assert task.contact.options == ["Development", "Production", "decline"]
+    verbs.respond(store, "t", "decline", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {"action": "decline"}
+
+
+@pytest.mark.parametrize(("reply", "action"), [("yes", "accept"), ("no", "decline")])
+def test_an_mcp_url_is_a_confirmation_naming_it(
+    tmp_path: Path, home: Home, reply: str, action: str
+) -> None:
+    request = {
+        "mode": "url",
+        "message": "Sign in to the tracker.",
+        "url": "https://tracker.example/login?state=1",
+        "elicitationId": "el_1",
+    }
+    leader, store = start(tmp_path, home, elicit(**request))
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Sign in to the tracker. Open https://tracker.example/login?state=1"
+        " — yes once you have (or decline, cancel)"
+    )
+    verbs.respond(store, "t", reply, session=SESSION)
+
+    assert leader.finish() == 0
+    expected = {"action": "accept", "content": {}} if action == "accept" else {"action": action}
+    assert answer(store)["result"] == expected
+
+
+def test_an_mcp_device_verification_is_declined_at_once_and_noted(
+    tmp_path: Path, home: Home
+) -> None:
+    request = {
+        "mode": "openai/userVerification",
+        "title": "Verify",
+        "description": "Prove it is you",
+        "challenge": "abc",
+    }
+    leader, store = start(tmp_path, home, elicit(**request))
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {"action": "decline"}
+    assert notes(store) == ["codex: declined an MCP request crew cannot answer: Prove it is you"]
+
+
 def test_a_steer_mid_turn_steers_the_active_turn(tmp_path: Path, home: Home) -> None:
     leader, store = start(tmp_path, home, "SLOW")
     (started,) = eventually(lambda: said(store, "turn/started"))

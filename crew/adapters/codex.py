@@ -31,6 +31,8 @@
   - Command, file-change and permission approvals: need_confirmation with agent `approvals =
     "ask"` (a yes accepts; anything else declines, and the turn goes on), else answered at once
     and noted. The files of a file change come from its `fileChange` item.
+  - `mcpServer/elicitation/request` (an MCP server asks the user): a form or a URL to open, as
+    crew/adapters/elicitation.py asks it; an answer that does not fit is asked again.
   - Any other request gets a JSON-RPC error. An answer with no question open is a steer.
 - A refused `initialize` or `thread/start` is fatal; a refused `turn/start` with no turn running
   ends the turn with that error; other refusals are errors.
@@ -43,11 +45,12 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crew import __version__
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
+from crew.adapters.elicitation import Unfit, elicitation
 from crew.adapters.wire import confirms, continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
@@ -167,8 +170,14 @@ class CodexAdapter:
         return json_line({"id": self._count, "method": method, "params": params})
 
     def _answer(self, body: str) -> Reaction:
+        asked = self._questions.held()[0]
+        try:
+            result = asked.reply(body)
+        except Unfit as unfit:  # asked again, saying why: nothing reaches codex
+            again = replace(asked.contact, prompt=f"{asked.contact.prompt} ({unfit}; answer again)")
+            return Reaction(signals=[again])
         question, reaction = self._questions.answered()
-        reaction.write = json_line({"id": question.id, "result": question.reply(body)})
+        reaction.write = json_line({"id": question.id, "result": result})
         return reaction
 
     # ------------------------------------------------------------------ from codex
@@ -312,6 +321,8 @@ class CodexAdapter:
     def _request(self, ident: Any, method: str, params: dict[str, Any]) -> Reaction:
         if method == "item/tool/requestUserInput":
             return self._questions.ask(_user_input(ident, params))
+        if method == "mcpServer/elicitation/request":
+            return self._elicitation(ident, params)
         approval = _approval(method, params, self._changes)
         if approval is None:
             error = {"code": _METHOD_NOT_FOUND, "message": f"crew cannot answer {method}"}
@@ -330,6 +341,19 @@ class CodexAdapter:
         note = f"codex: {verdict} (approvals = {self.agent.approvals}): {prompt}"
         return Reaction(
             write=json_line({"id": ident, "result": decide(allowed)}),
+            signals=[Report(ContactType.NOTE, note)],
+        )
+
+    def _elicitation(self, ident: Any, params: dict[str, Any]) -> Reaction:
+        """An MCP server asks the user (crew/adapters/elicitation.py); one crew cannot ask
+        (a device verification) is declined at once, and noted."""
+        asked = elicitation(params)
+        if asked is not None:
+            return self._questions.ask(_Question(ident, *asked))
+        what = params.get("message") or params.get("description") or params.get("mode")
+        note = f"codex: declined an MCP request crew cannot answer: {what}"
+        return Reaction(
+            write=json_line({"id": ident, "result": {"action": "decline"}}),
             signals=[Report(ContactType.NOTE, note)],
         )
 

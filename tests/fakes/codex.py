@@ -3,7 +3,8 @@ JSON-RPC 2.0 lines without `"jsonrpc"`, notifications with `emittedAtMs`, server
 integer ids from 0.
 
 The prompt of a turn picks a scenario: `ASKQ` asks one question with options, `ASKMANY` asks two,
-`RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
+`ELICIT <json>` is an MCP server asking the user (`mcpServer/elicitation/request`, with the
+JSON as its params), `RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
 access, `SLOW` works for 0.7 s (taking steers), `FAIL` fails the turn, `RETRY` retries twice
 before it succeeds. Anything else is answered at once. Every line received is echoed on stderr
 (`fake-codex got …`), which the crew log keeps; so is its command line first (`fake-codex argv …`).
@@ -210,7 +211,11 @@ def run(text: str) -> None:
     if remembered:
         say(remembered)
     status, error = "completed", None
-    if "ASK" in text:  # ASKQ, ASKMANY
+    if text.startswith("ELICIT "):  # an MCP server asks: the rest of the prompt is the request
+        request = json.loads(text.removeprefix("ELICIT "))
+        elicited = ask("mcpServer/elicitation/request", serverName="fake-mcp", **request)
+        say(f"elicited: {json.dumps(elicited)}")
+    elif "ASK" in text:  # ASKQ, ASKMANY
         db = ["Postgres (Recommended)", "SQLite"]
         asked = [question("db", "Database", "Which database should we use?", db)]
         if "ASKMANY" in text:
