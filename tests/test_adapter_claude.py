@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import SESSION
-from fake_agents import FakeAgent, killed_and_resumed, line, log, message, notes
+from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message, notes
 from leaders import eventually
 
 from crew import verbs
@@ -40,6 +40,12 @@ FEATURES = "Which features do you want?"
 def answers(store: Any) -> list[dict[str, Any]]:
     """The `response` of each control_response crew sent."""
     return [m["response"]["response"] for m in sent(store) if m["type"] == "control_response"]
+
+
+def results(store: Any) -> list[Any]:
+    """The text of each result the fake claude gave, in order."""
+    found = [json.loads(each) for each in lines(store) if each.startswith("{")]
+    return [r.get("result") for r in found if r.get("type") == "result"]
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
@@ -129,6 +135,35 @@ def test_a_permission_request_is_a_confirmation_only_a_yes_allows(
             "message": "Denied by the crew supervisor: no, not today",
         }
     assert said in log(store)
+
+
+def test_a_permission_allowed_for_the_session_is_not_asked_again_and_saved_nowhere(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "RUNBASH")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.options == ["yes", "no", "session"]
+    verbs.follow_up(store, "t", "RUNBASH again", session=SESSION)
+    verbs.respond(store, "t", "session", session=SESSION)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)  # the second time, the rule claude was given allowed it
+    command = "touch created-by-fake.txt && echo created"
+    assert answer == {
+        "behavior": "allow",
+        "updatedInput": {"command": command, "description": "fake command"},
+        "updatedPermissions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": command}],
+                "behavior": "allow",
+                "destination": "session",  # claude suggested localSettings: kept for now only
+            }
+        ],
+    }
+    assert results(store) == [f"Bash was allowed: {command}"] * 2
+    assert not (tmp_path / ".claude" / "settings.local.json").exists()
 
 
 @pytest.mark.parametrize("approvals", ["allow", "deny"])

@@ -16,7 +16,7 @@ import crew
 from crew import verbs
 from crew.adapters.base import AgentError, SessionStarted, TurnEnd, Withdrawn
 from crew.adapters.codex import CodexAdapter
-from crew.adapters.wire import continuation
+from crew.adapters.wire import SESSION_OPTIONS, continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
@@ -120,7 +120,11 @@ def test_several_questions_are_one_input_answered_by_a_json_object(
 
 @pytest.mark.parametrize(
     ("reply", "decision", "outcome"),
-    [("yes", "accept", "the command ran"), ("no, not now", "decline", "the command was declined")],
+    [
+        ("yes", "accept", "the command ran"),
+        ("no, not now", "decline", "the command was declined"),
+        ("always", "accept", "the command ran"),  # codex offers no more than this once
+    ],
 )
 def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
     tmp_path: Path, home: Home, reply: str, decision: str, outcome: str
@@ -132,12 +136,56 @@ def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
     assert task.contact.prompt == (
         "Run `/bin/bash -lc 'touch created.txt'`? (it writes outside the sandbox)"
     )
+    assert task.contact.options == []  # its availableDecisions have no acceptForSession
     verbs.respond(store, "t", reply, session=SESSION)
 
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"decision": decision}}
     assert outcome in log(store)
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def messages_said(store: Any) -> list[str]:
+    """The text of each agent message the fake codex completed."""
+    items = [p["item"] for p in said(store, "item/completed")]
+    return [i["text"] for i in items if i["type"] == "agentMessage"]
+
+
+def test_a_command_accepted_for_the_session_is_not_asked_about_again(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "RUNCMD SESSION", approvalPolicy="on-request")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.options == ["yes", "no", "session"]
+    verbs.follow_up(store, "t", "RUNCMD SESSION again", session=SESSION)
+    verbs.respond(store, "t", "session", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"decision": "acceptForSession"}}
+    assert len(said(store, "item/commandExecution/requestApproval")) == 1
+    assert messages_said(store).count("the command ran") == 2
+    # The approval policy crew.toml sets is passed as it is, once, and never changed.
+    policies = [(m["method"], m["params"]) for m in sent(store) if "approvalPolicy" in str(m)]
+    assert policies == [("thread/start", {"approvalPolicy": "on-request", "ephemeral": False})]
+
+
+@pytest.mark.parametrize(("reply", "scope"), [("yes", "turn"), ("session", "session")])
+def test_permissions_granted_for_the_session_say_so(
+    tmp_path: Path, home: Home, reply: str, scope: str
+) -> None:
+    leader, store = start(tmp_path, home, "PERMS")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.options == ["yes", "no", "session"]
+    verbs.respond(store, "t", reply, session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {
+        "permissions": {"network": {"enabled": True}, "fileSystem": None},
+        "scope": scope,
+    }
 
 
 def test_with_approvals_deny_a_command_is_declined_without_asking(
@@ -462,12 +510,12 @@ def test_withdrawn_questions_give_way_and_a_late_answer_is_a_message() -> None:
     ask = {"threadId": "th", "turnId": turn, "itemId": "i", "command": "make", "cwd": "."}
     first = codex.on_line(line(method="item/commandExecution/requestApproval", id=0, params=ask))
     second = codex.on_line(line(method="item/commandExecution/requestApproval", id=1, params=ask))
-    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")]
+    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Run `make`?", SESSION_OPTIONS)]
     assert second.signals == []  # asked once the first is settled
 
     resolved = {"threadId": "th", "requestId": 0}
     assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [
-        Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")  # the second question
+        Contact(ContactType.NEED_CONFIRMATION, "Run `make`?", SESSION_OPTIONS)  # the second
     ]
     resolved = {"threadId": "th", "requestId": 1}
     assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [

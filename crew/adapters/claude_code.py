@@ -10,13 +10,16 @@ in its environment.
   `priority: "later"` (its own turn after the current one); while claude is idle, a plain user
   message (a new turn). A malformed line kills claude: we only ever write one-line JSON.
 - Questions are `can_use_tool` control requests. `AskUserQuestion` asks 1 to 4 questions: one with
-  options to pick one of → need_selection, any other single question → need_input; several →
-  one need_input, answered by a JSON object mapping each question's text to its answer, or by
-  one text for all. Any other tool asks for permission: with `approvals = "ask"` a
-  need_confirmation question (only a yes allows it), with `allow`/`deny` an answer at once,
-  noted in the event log. A second request waits until the first is answered. A request claude
-  withdraws (`control_cancel_request`) is dropped: the task stops waiting (or the next request
-  becomes the question), and an answer that crossed the withdrawal is not passed on.
+  options to pick one of → need_selection, any other single question → need_input; several → one
+  need_input, answered by a JSON object mapping each question's text to its answer, or by one text
+  for all. Any other tool asks for permission: with `approvals = "ask"` a need_confirmation
+  question (only a yes allows it), with `allow`/`deny` an answer at once, noted in the event log. A
+  request with `permission_suggestions` offers yes|no|session: `session` (or `always`) allows it
+  with `updatedPermissions` set to those suggestions, each with `destination: "session"` (claude's
+  own would often save the rule in a settings file). A second request waits until the first is
+  answered. A request claude withdraws (`control_cancel_request`) is dropped: the task stops
+  waiting (or the next request becomes the question), and an answer that crossed the withdrawal is
+  not passed on.
 - A `result` ends a turn, classified by `terminal_reason` (`completed`; `aborted_*`; anything
   else, or `is_error`, fails it). Results of queued turns can come back to back, so the `idle`
   session state is the end; without the state events, a `result` with no `queued_turn_count`.
@@ -43,7 +46,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, Withdrawn
-from crew.adapters.wire import confirms, continuation, json_line, json_object
+from crew.adapters.wire import (
+    SESSION_OPTIONS,
+    confirms,
+    continuation,
+    for_session,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -72,6 +82,8 @@ class _Request:
     tool: str
     input: dict[str, Any]
     contact: Contact
+    #: The permission updates claude suggests, to allow the like for the rest of the session.
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +169,8 @@ class ClaudeCodeAdapter:
             response = _allow({**request.input, "answers": answers})
         elif confirms(body):
             response = _allow(request.input)
+            if for_session(body) and request.suggestions:
+                response["updatedPermissions"] = _for_session(request.suggestions)
         else:
             response = _deny(f"Denied by the crew supervisor: {body}")
         reaction.write = _response(request.id, response)
@@ -289,13 +303,17 @@ class ClaudeCodeAdapter:
         tool = str(request.get("tool_name"))
         tool_input = _dict(request.get("input"))
         self._asked.add(str(request.get("tool_use_id")))
+        suggested = request.get("permission_suggestions")
+        suggestions = [_dict(s) for s in suggested] if isinstance(suggested, list) else []
         if tool == ASK_TOOL:
             contact = _question(tool_input.get("questions"))
         elif self.agent.approvals is Approvals.ASK:
-            contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?")
+            options = SESSION_OPTIONS if suggestions else []
+            contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?", options)
         else:
             return self._approve(request_id, request)
-        reaction = self._requests.ask(_Request(request_id, tool, tool_input, contact))
+        asked = _Request(request_id, tool, tool_input, contact, suggestions)
+        reaction = self._requests.ask(asked)
         if reaction.signals:
             self._withdrawn = False
         return reaction
@@ -396,6 +414,12 @@ def _action(request: dict[str, Any]) -> str:
 
 def _allow(tool_input: dict[str, Any]) -> dict[str, Any]:
     return {"behavior": "allow", "updatedInput": tool_input}
+
+
+def _for_session(suggestions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """claude's suggested permission updates, kept for this session only: claude often suggests
+    saving a rule in a settings file (`localSettings`), which would outlive the session."""
+    return [{**suggestion, "destination": "session"} for suggestion in suggestions]
 
 
 def _deny(message: str) -> dict[str, Any]:

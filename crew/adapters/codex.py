@@ -28,9 +28,13 @@
   - `item/tool/requestUserInput` (codex asks only in Plan collaboration mode): one question is
     need_selection (with options) or need_input; several are one need_input, answered by a JSON
     object of question id (or text) → answer, or by one text for all.
-  - Command, file-change and permission approvals: need_confirmation with agent `approvals =
-    "ask"` (a yes accepts; anything else declines, and the turn goes on), else answered at once
-    and noted. The files of a file change come from its `fileChange` item.
+  - Command, file-change and permission approvals: need_confirmation with agent `approvals = "ask"`
+    (a yes accepts; anything else declines, and the turn goes on), else answered at once and noted.
+    Where the request allows it (a command approval whose `availableDecisions`, when listed, hold
+    `acceptForSession`; any file change; any permission request) the question's options are
+    yes|no|session: `session` (or `always`) is `acceptForSession`, or a grant with `scope:
+    "session"`. The thread's approval policy is never changed. The files of a file change come from
+    its `fileChange` item.
   - `mcpServer/elicitation/request` (an MCP server asks the user): a form or a URL to open, as
     crew/adapters/elicitation.py asks it; an answer that does not fit is asked again.
   - Any other request gets a JSON-RPC error. An answer with no question open is a steer.
@@ -51,7 +55,14 @@ from typing import Any
 from crew import __version__
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
 from crew.adapters.elicitation import Unfit, elicitation
-from crew.adapters.wire import confirms, continuation, json_line, json_object
+from crew.adapters.wire import (
+    SESSION_OPTIONS,
+    confirms,
+    continuation,
+    for_session,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
@@ -65,9 +76,11 @@ _SETUP = frozenset({"initialize", "thread/start"})
 #: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
 _TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
 _METHOD_NOT_FOUND = -32601
+#: The decision that accepts a command or a file change and its like for the rest of the thread.
+_FOR_SESSION = "acceptForSession"
 
-#: Makes an approval's result from the decision (True: approved).
-_Decide = Callable[[bool], dict[str, Any]]
+#: Makes an approval's result from the decision (True: approved; and for the session).
+_Decide = Callable[[bool, bool], dict[str, Any]]
 
 
 @dataclass
@@ -330,17 +343,22 @@ class CodexAdapter:
                 write=json_line({"id": ident, "error": error}),
                 signals=[AgentError(f"codex: refused its {method} request (crew cannot answer)")],
             )
-        prompt, decide = approval
+        prompt, decide, session = approval
         if self.agent.approvals is Approvals.ASK:
-            contact = Contact(ContactType.NEED_CONFIRMATION, prompt)
+            options = SESSION_OPTIONS if session else []
+            contact = Contact(ContactType.NEED_CONFIRMATION, prompt, options)
             return self._questions.ask(
-                _Question(ident, contact, lambda body: decide(confirms(body)))
+                _Question(
+                    ident,
+                    contact,
+                    lambda body: decide(confirms(body), session and for_session(body)),
+                )
             )
         allowed = self.agent.approvals is Approvals.ALLOW
         verdict = "accepted" if allowed else "declined"
         note = f"codex: {verdict} (approvals = {self.agent.approvals}): {prompt}"
         return Reaction(
-            write=json_line({"id": ident, "result": decide(allowed)}),
+            write=json_line({"id": ident, "result": decide(allowed, False)}),
             signals=[Report(ContactType.NOTE, note)],
         )
 
@@ -413,12 +431,16 @@ def _answers(questions: list[dict[str, Any]], body: str) -> dict[str, Any]:
 
 def _approval(
     method: str, params: dict[str, Any], changes: dict[str, list[Any]]
-) -> tuple[str, _Decide] | None:
-    """An approval request as a yes/no question, and how to answer it (None: not an approval)."""
+) -> tuple[str, _Decide, bool] | None:
+    """An approval request as a yes/no question, how to answer it, and whether it can be
+    allowed for the session (None: not an approval)."""
     decide: _Decide = _decision
+    session = True
     if method == "item/commandExecution/requestApproval":
         command = params.get("command")
         prompt = f"Run `{command}`?" if command else "Run a command?"
+        offered = params.get("availableDecisions")  # none listed: every decision is open
+        session = not isinstance(offered, list) or _FOR_SESSION in offered
     elif method == "item/fileChange/requestApproval":
         prompt = f"Apply changes to {_files(changes.get(str(params.get('itemId')), []))}?"
     elif method == "item/permissions/requestApproval":
@@ -429,15 +451,17 @@ def _approval(
         return None
     if params.get("reason"):
         prompt += f" ({params['reason']})"
-    return prompt, decide
+    return prompt, decide, session
 
 
-def _decision(yes: bool) -> dict[str, Any]:
-    return {"decision": "accept" if yes else "decline"}  # decline: the turn goes on without it
+def _decision(yes: bool, session: bool) -> dict[str, Any]:
+    if yes:
+        return {"decision": _FOR_SESSION if session else "accept"}
+    return {"decision": "decline"}  # decline: the turn goes on without it
 
 
-def _grant(asked: dict[str, Any], yes: bool) -> dict[str, Any]:
-    return {"permissions": asked if yes else {}, "scope": "turn"}
+def _grant(asked: dict[str, Any], yes: bool, session: bool) -> dict[str, Any]:
+    return {"permissions": asked if yes else {}, "scope": "session" if session else "turn"}
 
 
 def _files(changes: list[Any]) -> str:

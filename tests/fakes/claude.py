@@ -1,13 +1,15 @@
 """A stand-in for `claude -p --input-format stream-json --output-format stream-json --verbose
 --permission-prompt-tool stdio`, speaking its protocol as the real one does (Claude Code 2.1.332).
 
-A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion question with
-options, `ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command,
-`TWOBASH` asks for two at once, `WITHDRAW` asks a question and withdraws it, `SLOW` works until
-something is sent to it (at most 5 s: `next` messages join the turn, `later` ones wait for their
-own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a refused key (401) until
-interrupted, `DENIED` reports a tool use it denied without asking (as claude does without a
-permission prompt tool). Anything else is answered at once.
+A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion question with options,
+`ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command, `TWOBASH` asks for
+two at once (each with a suggestion to allow it from now on, which an answer's `updatedPermissions`
+can take up: a tool use an allow rule matches is not asked about, and a rule for anywhere but the
+`session` is saved to `.claude/settings.local.json`), `WITHDRAW` asks a question and withdraws it,
+`SLOW` works until something is sent to it (at most 5 s: `next` messages join the turn, `later`
+ones wait for their own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a
+refused key (401) until interrupted, `DENIED` reports a tool use it denied without asking (as
+claude does without a permission prompt tool). Anything else is answered at once.
 Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
 received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
 JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
@@ -66,6 +68,7 @@ saving = threading.Lock()
 queue: list[tuple[str, str]] = []  # (text, priority) of user messages waiting for a turn
 answers: dict[str, dict[str, Any]] = {}  # request id -> the `response` of our control_response
 asking: set[str] = set()
+rules: list[dict[str, Any]] = []  # allow rules: a tool use one matches is not asked about
 
 
 @dataclass
@@ -199,7 +202,11 @@ def tool_result(tool_use_id: str, text: str, is_error: bool) -> None:
 def ask(
     tools: list[tuple[str, dict[str, Any]]], withdraw_first: bool
 ) -> list[dict[str, Any] | None]:
-    """Ask for permission to use these tools at once; their answers (None: withdrawn)."""
+    """Ask for permission to use these tools at once; their answers (None: withdrawn). A tool
+    use a rule allows is not asked about."""
+    allowed = [allow(t, i) for t, i in tools]
+    if all(allowed):
+        return allowed
     requests = []
     assistant(
         [
@@ -220,8 +227,14 @@ def ask(
             request["requires_user_interaction"] = True
         else:
             request["description"] = tool_input.get("description")
-            request["permission_suggestions"] = [
-                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            rule = {"toolName": tool, "ruleContent": tool_input.get("command")}
+            request["permission_suggestions"] = [  # as claude suggests: saved in a settings file
+                {
+                    "type": "addRules",
+                    "rules": [rule],
+                    "behavior": "allow",
+                    "destination": "localSettings",
+                }
             ]
         request_id = str(uuid.uuid4())
         requests.append(request_id)
@@ -232,8 +245,27 @@ def ask(
         time.sleep(0.3)
         withdraw(requests[0])
     replies = [wait_for(request_id) for request_id in requests]
+    for reply in replies:
+        remember(reply)
     state("running")
     return replies
+
+
+def allow(tool: str, tool_input: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer a permission rule gives this tool use (None: none does)."""
+    rule = {"toolName": tool, "ruleContent": tool_input.get("command")}
+    return {"behavior": "allow", "updatedInput": tool_input} if rule in rules else None
+
+
+def remember(reply: dict[str, Any] | None) -> None:
+    """Keep the allow rules an answer adds: for the session, or saved in a settings file."""
+    for update in (reply or {}).get("updatedPermissions") or []:
+        if update["type"] == "addRules" and update["behavior"] == "allow":
+            rules.extend(update["rules"])
+            if update["destination"] != "session":  # as claude saves them: beyond the session
+                settings = Path(".claude") / "settings.local.json"
+                settings.parent.mkdir(exist_ok=True)
+                settings.write_text(json.dumps({"permissions": {"allow": update["rules"]}}))
 
 
 def wait_for(request_id: str) -> dict[str, Any] | None:

@@ -3,10 +3,12 @@ JSON-RPC 2.0 lines without `"jsonrpc"`, notifications with `emittedAtMs`, server
 integer ids from 0.
 
 The prompt of a turn picks a scenario: `ASKQ` asks one question with options, `ASKMANY` asks two,
-`ELICIT <json>` is an MCP server asking the user (`mcpServer/elicitation/request`, with the
-JSON as its params), `RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
-access, `SLOW` works for 0.7 s (taking steers), `FAIL` fails the turn, `RETRY` retries twice
-before it succeeds. Anything else is answered at once. Every line received is echoed on stderr
+`ELICIT <json>` is an MCP server asking the user (`mcpServer/elicitation/request`, with the JSON as
+its params), `RUNCMD` asks to run a command (offering `acceptForSession` with `SESSION` in the
+prompt; a command accepted so is not asked about again), `EDIT` asks to apply a file change,
+`PERMS` asks for network access, `SLOW` works for 0.7 s (taking steers), `FAIL` fails the turn,
+`RETRY` retries twice before it succeeds. Anything else is answered at once.
+Every line received is echoed on stderr
 (`fake-codex got …`), which the crew log keeps; so is its command line first (`fake-codex argv …`).
 
 Threads are kept as codex keeps them: a thread that is not `ephemeral` is a rollout file
@@ -115,6 +117,7 @@ turn_id: str | None = None  # the active turn
 interrupted = False
 steers: list[str] = []
 answers: dict[int, Json] = {}
+session_approved: set[str] = set()  # commands accepted for the session: not asked again
 request_ids = itertools.count()
 
 
@@ -231,18 +234,25 @@ def run(text: str) -> None:
     elif "RUNCMD" in text:
         command = "/bin/bash -lc 'touch created.txt'"
         item("commandExecution", "call_2", False, command=command, cwd=".", status="inProgress")
-        decision = ask(
-            "item/commandExecution/requestApproval",
-            kind="command",
-            itemId="call_2",
-            startedAtMs=0,
-            environmentId="local",
-            reason="it writes outside the sandbox",
-            command=command,
-            cwd=".",
-            availableDecisions=["accept", "cancel"],
-        ).get("decision")
-        ran = decision == "accept"
+        offered = ["accept", "acceptForSession", "cancel"] if "SESSION" in text else None
+        decision = (
+            "accept"
+            if command in session_approved
+            else ask(
+                "item/commandExecution/requestApproval",
+                kind="command",
+                itemId="call_2",
+                startedAtMs=0,
+                environmentId="local",
+                reason="it writes outside the sandbox",
+                command=command,
+                cwd=".",
+                availableDecisions=offered or ["accept", "cancel"],
+            ).get("decision")
+        )
+        if decision == "acceptForSession":  # codex asks no more about it in this session
+            session_approved.add(command)
+        ran = decision in {"accept", "acceptForSession"}
         item(
             "commandExecution",
             "call_2",
@@ -268,7 +278,7 @@ def run(text: str) -> None:
             startedAtMs=0,
             reason="it edits two files",
         ).get("decision")
-        applied = decision == "accept"
+        applied = decision in {"accept", "acceptForSession"}
         item(
             "fileChange",
             "call_3",
