@@ -6,9 +6,12 @@ request itself and never asks a question). crew sets `CLAUDE_CODE_EMIT_SESSION_S
 in its environment.
 
 - The task prompt is the first user message. A steer is a user message with `priority: "next"`
-  (it joins the running turn); a follow-up, a nudge or an answer nobody asked for is one with
-  `priority: "later"` (its own turn after the current one); while claude is idle, a plain user
-  message (a new turn). A malformed line kills claude: we only ever write one-line JSON.
+  (it joins the running turn). A follow-up, a nudge or an answer nobody asked for waits here
+  while a turn runs, and is sent as a plain user message (a turn of its own) once the turn is
+  over; while claude is idle, at once. claude could queue them itself (`priority: "later"`), but
+  Claude Code 2.1.197 ignores an interrupt's `cancel_queued` and runs the queued message after
+  the interrupted turn: work the person cancelled. A malformed line kills claude: we only ever
+  write one-line JSON.
 - Questions are `can_use_tool` control requests. `AskUserQuestion` asks 1 to 4 questions: one with
   options to pick one of → need_selection, any other single question → need_input; several → one
   need_input, answered by a JSON object mapping each question's text to its answer, or by one text
@@ -25,7 +28,8 @@ in its environment.
   session state is the end; without the state events, a `result` with no `queued_turn_count`.
   An `authentication_failed` assistant message names the failure. A control request crew sent
   that claude refuses is an error; one claude sends that crew does not know is refused.
-- Cancel: an `interrupt` control request that also drops claude's queued messages.
+- Cancel: drop the held messages, then an `interrupt` control request that also drops claude's
+  queued messages (a steer not yet taken up, where claude honours `cancel_queued`).
 - Session: claude names its session in the `system`/`init` message that opens every turn
   (`session_id`, a UUID; results carry it too), and keeps the transcript in
   `~/.claude/projects/<cwd>/<id>.jsonl` (under `CLAUDE_CONFIG_DIR` when set). It is reported
@@ -115,6 +119,9 @@ class ClaudeCodeAdapter:
     _asked: set[str] = field(default_factory=set)
     #: The session id the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
+    #: Follow-ups, nudges and unasked answers that came while a turn ran, each sent as a turn
+    #: of its own once the turn is over: in claude's own queue, an interrupt might not drop them.
+    _queued: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ to claude
 
@@ -133,11 +140,16 @@ class ClaudeCodeAdapter:
             return self._answer(message.body)
         if message.kind is MessageKind.RESPOND and self._withdrawn:
             return self._drop()
-        priority = "next" if message.kind is MessageKind.STEER else "later"
-        return Reaction(write=self._user(message.body, priority))  # followUp, nudge, prose
+        if message.kind is MessageKind.STEER:
+            return Reaction(write=self._user(message.body, "next"))
+        if self._ended is None:  # a followUp, a nudge or prose, while a turn runs: held here
+            self._queued.append(message.body)
+            return Reaction()
+        return Reaction(write=self._user(message.body))
 
     def interrupt(self) -> Reaction:
         self._interrupts += 1
+        self._queued.clear()  # the held work is dropped with the turn
         self._owed = False  # `cancel_queued`: what waits in claude's queue never runs
         return Reaction(
             write=json_line(
@@ -290,8 +302,14 @@ class ClaudeCodeAdapter:
         return self._turn_end()
 
     def _turn_end(self) -> Reaction:
-        self._ended = TurnEnd(self._error, None if self._error else self._answer_text)
+        """The turn is over: the next held message starts a turn of its own (the failure of
+        the one that ended is an error, not the end), or the leader is told claude is idle."""
+        error, answer = self._error, self._answer_text
         self._error, self._answer_text = None, None
+        if self._queued:
+            overtaken = [AgentError(f"claude: {error}")] if error else []
+            return Reaction(write=self._user(self._queued.pop(0)), signals=[*overtaken])
+        self._ended = TurnEnd(error, None if error else answer)
         return Reaction(signals=[self._ended])
 
     def _request(self, request_id: str, request: dict[str, Any]) -> Reaction:

@@ -7,13 +7,16 @@ two at once (each with a suggestion to allow it from now on, which an answer's `
 can take up: a tool use an allow rule matches is not asked about, and a rule for anywhere but the
 `session` is saved to `.claude/settings.local.json`), `WITHDRAW` asks a question and withdraws it,
 `SLOW` works until something is sent to it (at most 5 s: `next` messages join the turn, `later`
-ones wait for their own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a
-refused key (401) until interrupted, `DENIED` reports a tool use it denied without asking (as
-claude does without a permission prompt tool). Anything else is answered at once.
-Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
-received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
-JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
-result was an error). Its command line is echoed first (`fake-claude argv …`).
+ones wait for their own), `WORK` works until interrupted (at most 10 s), `PAUSE` for 1 s, `NOAUTH`
+fails like claude without credentials, `BADKEY` retries a refused key (401) until interrupted,
+`DENIED` reports a tool use it denied without asking (as claude does without a permission prompt
+tool). Anything else is answered at once.
+Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. With
+FAKE_CLAUDE_VERSION=2.1.197 it behaves as that version: an interrupt's `cancel_queued` is ignored,
+and the messages queued for turns of their own run after the interrupted one all the same. Every
+line received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is
+not JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the
+last result was an error). Its command line is echoed first (`fake-claude argv …`).
 
 Sessions are kept as claude keeps them: a transcript `projects/<cwd, each character other than a
 letter or digit a dash>/<session id>.jsonl` in its config folder, a line per message (the user's
@@ -41,6 +44,9 @@ from typing import Any
 
 SESSION = str(uuid.uuid4())  # a resumed session keeps its id
 STATES = os.environ.get("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS") == "1"
+#: The version to behave as: 2.1.197 ignores `cancel_queued`, so what waits in its queue runs
+#: after an interrupt all the same.
+VERSION = os.environ.get("FAKE_CLAUDE_VERSION", "2.1.332")
 ASKQ = {
     "question": "Which database should we use?",
     "header": "Database",
@@ -359,6 +365,21 @@ def slow() -> str:
     return "done: SLOW"
 
 
+def work(seconds: float) -> str:
+    """Work that long unless interrupted: `next` messages join the turn, `later` ones wait."""
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+        with lock:
+            if agent.aborted:
+                break
+            taken = [text for text, priority in queue if priority == "next"]
+            queue[:] = [(text, priority) for text, priority in queue if priority != "next"]
+        for text in taken:
+            transcript.add({"role": "user", "content": text})
+            say(f"took into account: {text}")
+    return "done: work"
+
+
 def turn(text: str) -> None:
     """One turn: system/init, the work, one result."""
     emit(
@@ -405,6 +426,10 @@ def turn(text: str) -> None:
             reply = use_tools([("AskUserQuestion", {"questions": [ASKQ]})], withdraw_first=True)
         elif "SLOW" in text:
             reply = slow()
+        elif "WORK" in text:
+            reply = work(10)
+        elif "PAUSE" in text:
+            reply = work(1)
         elif "BADKEY" in text:
             reply = bad_key()
         elif "DENIED" in text:  # as claude without a permission prompt tool: it asks no one
@@ -493,7 +518,7 @@ def control(request_id: str, request: dict[str, Any]) -> None:
     with changed:
         if agent.busy:
             agent.aborted = True
-        if request.get("cancel_queued"):
+        if request.get("cancel_queued") and VERSION != "2.1.197":
             queue.clear()
         pending = list(asking)
     emit(
