@@ -3,6 +3,7 @@ JSON-RPC protocol; and, driven line by line, the races a fake cannot time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import SESSION
 from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message, notes
-from leaders import eventually
+from leaders import Leader, eventually
 
 import crew
 from crew import verbs
@@ -29,6 +30,7 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
+from crew.store import secret_answers
 from crew.waiting import Until, wait_for_run
 
 AGENT = FakeAgent("codex", "codex")
@@ -355,6 +357,56 @@ def test_an_mcp_device_verification_is_declined_at_once_and_noted(
     assert leader.finish() == 0
     assert answer(store)["result"] == {"action": "decline"}
     assert notes(store) == ["codex: declined an MCP request crew cannot answer: Prove it is you"]
+
+
+TOKEN = "hunter2-deploy-token"
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """Every file under `root` whose bytes hold `text`."""
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_a_secret_answer_reaches_codex_and_no_file_of_the_run(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "ASKSECRET")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.secret is True
+    sent_answer = verbs.respond(store, "t", TOKEN, session=SESSION)
+    assert sent_answer.message.body == secret_answers.REDACTED
+
+    assert leader.finish() == 0
+    assert f"got a token of sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in log(store)
+    assert files_holding(tmp_path, TOKEN) == []  # the run's files, and the secret's own: gone
+    responded = [e for e in store.events().records if e.type is EventType.TASK_RESPONDED]
+    assert secret_answers.REDACTED[:6] in str(responded[0].message)
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["kept", "lost-by-a-reboot"])
+def test_a_secret_answer_given_while_the_leader_is_down_reaches_the_resumed_agent(
+    tmp_path: Path, home: Home, lost: bool
+) -> None:
+    leader, store = start(tmp_path, home, "ASKSECRET")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    leader.process.kill()
+    leader.finish()
+
+    verbs.respond(store, "t", TOKEN, session=SESSION)  # accepted with no leader to deliver it
+    assert files_holding(home.root, TOKEN) == []
+    (kept,) = files_holding(tmp_path / "secrets", TOKEN)
+    if lost:  # as a restart of the machine empties the tmpfs
+        kept.unlink()
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    if lost:  # the answer is rejected, saying why, and the question is asked again
+        asked = eventually(lambda: store.state().tasks["t"].contact, timeout=20)
+        assert asked.secret is True
+        verbs.respond(store, "t", TOKEN, session=SESSION)
+
+    assert resumed.finish() == 0
+    assert f"got a token of sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in log(store)
+    assert files_holding(tmp_path, TOKEN) == []
+    reasons = [m.reason for m in store.messages(Box.INBOX) if m.reason]
+    assert reasons == ([secret_answers.LOST] if lost else [])
 
 
 def test_a_steer_mid_turn_steers_the_active_turn(tmp_path: Path, home: Home) -> None:

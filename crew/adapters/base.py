@@ -101,10 +101,10 @@ def _bounded_question(question: Contact) -> Contact:
     prompt = clip(question.prompt, MAX_PROMPT)
     options = [o for o in dict.fromkeys(clip(o, MAX_OPTION).strip() for o in question.options) if o]
     if len(options) <= MAX_OPTIONS:
-        return Contact(question.type, prompt, options, other=question.other)
+        return Contact(question.type, prompt, options, other=question.other, secret=question.secret)
     listed = ", ".join(options[:MAX_OPTIONS])
     prompt = f"{prompt} (answer with one of its {len(options)} options: {listed}, …)"
-    return Contact(ContactType.NEED_INPUT, clip(prompt, MAX_PROMPT))
+    return Contact(ContactType.NEED_INPUT, clip(prompt, MAX_PROMPT), secret=question.secret)
 
 
 @dataclass

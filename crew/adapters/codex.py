@@ -27,7 +27,9 @@
   order asked; `serverRequest/resolved` of one we still hold withdraws it.
   - `item/tool/requestUserInput` (codex asks only in Plan collaboration mode): one question is
     need_selection (with options) or need_input; several are one need_input, answered by a JSON
-    object of question id (or text) → answer, or by one text for all.
+    object of question id (or text) → answer, or by one text for all. A question with
+    `isSecret` makes the contact secret: its answer is kept out of the run's files
+    (crew/store/secret_answers.py), and only the JSON-RPC result written to codex holds it.
   - Command, file-change and permission approvals: need_confirmation with agent `approvals = "ask"`
     (a yes accepts; anything else declines, and the turn goes on), else answered at once and noted.
     Where the request allows it (a command approval whose `availableDecisions`, when listed, hold
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crew import __version__
+from crew.adapters import codex_approvals
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd
 from crew.adapters.elicitation import Unfit, elicitation
 from crew.adapters.wire import (
@@ -76,11 +79,6 @@ _SETUP = frozenset({"initialize", "thread/start"})
 #: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
 _TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
 _METHOD_NOT_FOUND = -32601
-#: The decision that accepts a command or a file change and its like for the rest of the thread.
-_FOR_SESSION = "acceptForSession"
-
-#: Makes an approval's result from the decision (True: approved; and for the session).
-_Decide = Callable[[bool, bool], dict[str, Any]]
 
 
 @dataclass
@@ -336,7 +334,7 @@ class CodexAdapter:
             return self._questions.ask(_user_input(ident, params))
         if method == "mcpServer/elicitation/request":
             return self._elicitation(ident, params)
-        approval = _approval(method, params, self._changes)
+        approval = codex_approvals.approval(method, params, self._changes)
         if approval is None:
             error = {"code": _METHOD_NOT_FOUND, "message": f"crew cannot answer {method}"}
             return Reaction(
@@ -386,18 +384,21 @@ class CodexAdapter:
 
 def _user_input(ident: Any, params: dict[str, Any]) -> _Question:
     questions = [_dict(q) for q in params.get("questions") or []]
+    secret = any(q.get("isSecret") for q in questions)  # the answer is kept out of every file
     if len(questions) == 1:
         options = _options(questions[0])
         kind = ContactType.NEED_SELECTION if options else ContactType.NEED_INPUT
         other = bool(questions[0].get("isOther"))  # an answer of one's own is welcome too
-        contact = Contact(kind, _asked(questions[0]), options, other=other and bool(options))
+        contact = Contact(
+            kind, _asked(questions[0]), options, other=other and bool(options), secret=secret
+        )
     else:
         listed = "; ".join(
             f"{q.get('id')}: {_asked(q)}" + (f" [{'|'.join(_options(q))}]" if _options(q) else "")
             for q in questions
         )
         how = 'answer {"<id>": "<answer>", …} to answer each, or one text for all'
-        contact = Contact(ContactType.NEED_INPUT, f"codex asks: {listed} ({how})")
+        contact = Contact(ContactType.NEED_INPUT, f"codex asks: {listed} ({how})", secret=secret)
     return _Question(ident, contact, functools.partial(_answers, questions))
 
 
@@ -427,65 +428,6 @@ def _answers(questions: list[dict[str, Any]], body: str) -> dict[str, Any]:
             values = value if isinstance(value, list) else [value]
             answers[ident] = {"answers": [str(v) for v in values]}
     return {"answers": answers}
-
-
-def _approval(
-    method: str, params: dict[str, Any], changes: dict[str, list[Any]]
-) -> tuple[str, _Decide, bool] | None:
-    """An approval request as a yes/no question, how to answer it, and whether it can be
-    allowed for the session (None: not an approval)."""
-    decide: _Decide = _decision
-    session = True
-    if method == "item/commandExecution/requestApproval":
-        command = params.get("command")
-        prompt = f"Run `{command}`?" if command else "Run a command?"
-        offered = params.get("availableDecisions")  # none listed: every decision is open
-        session = not isinstance(offered, list) or _FOR_SESSION in offered
-    elif method == "item/fileChange/requestApproval":
-        prompt = f"Apply changes to {_files(changes.get(str(params.get('itemId')), []))}?"
-    elif method == "item/permissions/requestApproval":
-        asked = _dict(params.get("permissions"))
-        prompt = f"Grant {_permissions(asked)}?"
-        decide = functools.partial(_grant, asked)
-    else:
-        return None
-    if params.get("reason"):
-        prompt += f" ({params['reason']})"
-    return prompt, decide, session
-
-
-def _decision(yes: bool, session: bool) -> dict[str, Any]:
-    if yes:
-        return {"decision": _FOR_SESSION if session else "accept"}
-    return {"decision": "decline"}  # decline: the turn goes on without it
-
-
-def _grant(asked: dict[str, Any], yes: bool, session: bool) -> dict[str, Any]:
-    return {"permissions": asked if yes else {}, "scope": "session" if session else "turn"}
-
-
-def _files(changes: list[Any]) -> str:
-    named = []
-    for change in map(_dict, changes):
-        kind = _dict(change.get("kind"))
-        how = f"move to {kind['move_path']}" if kind.get("move_path") else kind.get("type")
-        named.append(f"{change.get('path')} ({how})")
-    return ", ".join(named) or "files"
-
-
-def _permissions(asked: dict[str, Any]) -> str:
-    wanted = ["network access"] if _dict(asked.get("network")).get("enabled") else []
-    files = _dict(asked.get("fileSystem"))
-    wanted += [
-        f"{access} access to {', '.join(map(str, files[access]))}"
-        for access in ("read", "write")
-        if files.get(access)
-    ]
-    for entry in map(_dict, files.get("entries") or []):
-        path = _dict(entry.get("path"))
-        where = path.get("path") or path.get("pattern") or _dict(path.get("value")).get("kind")
-        wanted.append(f"{entry.get('access')} access to {where}")
-    return ", ".join(wanted) or "more permissions"
 
 
 # ---------------------------------------------------------------------- helpers

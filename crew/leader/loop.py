@@ -25,7 +25,7 @@ from crew.adapters.base import Adapter, Reaction, Signal
 from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import release
 from crew.errors import CrewError, ExitCode, LeaderCrashed, StaleLeader
-from crew.leader import monitors, schedule, signals, spawn
+from crew.leader import monitors, schedule, secret_delivery, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
@@ -382,14 +382,14 @@ class Leader:
             return
         plain = worker.adapter.answers_only_while_asking
         due = self.view.pending.due(task, answers_only_while_asking=plain)
-        if not due:
-            return
-        reaction = Reaction()
-        for message in due:
+        due, given, asked = secret_delivery.reveal_due(self.paths, self.view, due)
+        reaction = Reaction(signals=[*asked])  # secret answers the machine lost: asked again
+        for message in given:
             reaction += worker.adapter.deliver(message)
-        worker.agent.turn_ended = False  # the agent has more to do
-        worker.in_flight = due
-        self.workers.write(worker, reaction.write)
+        if due:
+            worker.agent.turn_ended = False  # the agent has more to do
+            worker.in_flight = due
+            self.workers.write(worker, reaction.write)
         if reaction.signals:
             self._heard(worker, Reaction(signals=reaction.signals))
 
@@ -400,6 +400,7 @@ class Leader:
     def _record_delivery(self, attempt: int, messages: list[MailboxMessage]) -> None:
         with self.view.change() as txn:
             mailbox.deliver(txn, messages, attempt=attempt)
+        secret_delivery.forget_delivered(self.paths, messages)
 
     def _close_idle_agents(self, now: float) -> None:
         """Close the stdin of agents that are done, so that they exit (schedule.idle_close_at)."""
