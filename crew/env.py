@@ -70,6 +70,12 @@ FORCE_POLLING = Variable(
     "`1` watches files by polling their status, for filesystems without file events",
 )
 DEBUG = Variable("CREW_DEBUG", frozenset({Scope.USER}), "`1` prints tracebacks")
+SECRETS_DIR = Variable(
+    "CREW_SECRETS_DIR",
+    frozenset({Scope.USER}),
+    "where answers to secret questions wait for the leader, outside the run's files (default "
+    "`/dev/shm/crew-secrets-<uid>`, a tmpfs); it must be a folder only you may read",
+)
 FAULT = Variable(
     "CREW_FAULT",
     frozenset({Scope.USER}),
@@ -104,6 +110,7 @@ VARIABLES: tuple[Variable, ...] = (
     LOCK_TIMEOUT,
     FORCE_POLLING,
     DEBUG,
+    SECRETS_DIR,
     FAULT,
     RUN_ID,
     TASK_ID,

@@ -137,6 +137,8 @@ class SupervisorContact(StateModel):
     """The allowed answers of a need_selection question."""
     other: bool | None = None
     """A need_selection question that takes an answer of one's own too (an agent's "Other")."""
+    secret: bool | None = None
+    """Its answer is a secret: the mailbox and the event log keep only a stand-in for it."""
     asked_at: Timestamp
     answered_at: Timestamp | None = None
     answer_id: str | None = None

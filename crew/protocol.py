@@ -108,6 +108,8 @@ class Contact:
     options: list[str] = field(default_factory=list)
     #: A need_selection question that takes an answer of one's own too (an agent's "Other").
     other: bool = False
+    #: Its answer is a secret (a password, a token): no file of the run ever holds it.
+    secret: bool = False
 
 
 @dataclass(frozen=True)

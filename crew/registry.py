@@ -195,6 +195,7 @@ class MessageData(StrEnum):
     CARRIED = "carried"  # how many times it went back to pending for a task's next attempt
     AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits
     DECISIONS = "decisions"  # the worker's attention decisions about it
+    SECRET = "secret"  # a secret question, or its answer (whose body stands in for it)
     REJECTED_AT = "rejectedAt"
 
 

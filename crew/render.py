@@ -165,7 +165,8 @@ def question_line(task: Task) -> str:
         return ""
     options = f" [{'|'.join(contact.options)}]" if contact.options else ""
     own = " (or an answer of your own)" if contact.other else ""
-    return f"{contact.prompt}{options}{own}"
+    secret = " (secret: answer with `crew respond RUN TASK -` on stdin)" if contact.secret else ""
+    return f"{contact.prompt}{options}{own}{secret}"
 
 
 # ----------------------------------------------------------------------------- sending

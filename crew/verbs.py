@@ -29,6 +29,7 @@ from crew.registry import (
 )
 from crew.results.sending import Cancelled, HandedOff, Sent
 from crew.session import Actor, as_actor
+from crew.store import secret_answers
 from crew.store.runstore import RunStore
 from crew.store.txn import Txn
 from crew.text import short
@@ -114,6 +115,7 @@ def nudge(
     return _send(store, NUDGE, task_id, text, sender, data=data, record=record)
 
 
+# Long: the gate's checks in order, then the write (and the secret answer's, undone on failure).
 def _send(
     store: RunStore,
     verb: Verb,
@@ -130,34 +132,45 @@ def _send(
     idempotency_key = sender.get("idempotency_key")
     if idempotency_key is not None:
         ids.check_idempotency_key(idempotency_key)
-    with domain.change(store, epoch=sender.get("epoch")) as txn:
-        task = txn.task(task_id)
-        overridden = gate.admit(txn, actor, verb.name, task_id=task_id, force=force)
-        session = actor.name_in(txn.run.run_id)
-        replayed = _replayed(txn, idempotency_key, verb, task_id, body)
-        if replayed is not None:
-            return replayed
-        gate.check_live(txn.run)
-        gate.check_status(task, verb)
-        limits = txn.run.config.limits
-        gate.check_body(body, limits.max_body_bytes)
-        kept: dict[str, Any] = {MessageData.SESSION: session, **(data or {})}
-        if check is not None:
-            kept.update(check(txn, task, body))
-        if idempotency_key is not None:
-            kept[MessageData.IDEMPOTENCY_KEY] = idempotency_key
-        dropped = gate.make_room(txn, task_id, verb.kind)
-        if overridden is not None:
-            gate.record_override(txn, overridden, session, verb.name, task_id=task_id)
-        sender_party = actor.party_in(txn.run.run_id)
-        message = mailbox.compose(txn, verb.kind, task_id, body, kept, sender=sender_party)
-        if record is not None:
-            record(txn, message)
-        else:
-            by = f" by {session}" if message.from_ != LEADER else ""
-            mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}{by}: {short(body)}")
-        waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
-        run = txn.run
+    sealed_id: str | None = None  # a secret answer kept outside the run's files
+    try:
+        with domain.change(store, epoch=sender.get("epoch")) as txn:
+            task = txn.task(task_id)
+            overridden = gate.admit(txn, actor, verb.name, task_id=task_id, force=force)
+            session = actor.name_in(txn.run.run_id)
+            replayed = _replayed(txn, idempotency_key, verb, task_id, body)
+            if replayed is not None:
+                return replayed
+            gate.check_live(txn.run)
+            gate.check_status(task, verb)
+            limits = txn.run.config.limits
+            gate.check_body(body, limits.max_body_bytes)
+            kept: dict[str, Any] = {MessageData.SESSION: session, **(data or {})}
+            if check is not None:
+                kept.update(check(txn, task, body))
+            if idempotency_key is not None:
+                kept[MessageData.IDEMPOTENCY_KEY] = idempotency_key
+            dropped = gate.make_room(txn, task_id, verb.kind)
+            if overridden is not None:
+                gate.record_override(txn, overridden, session, verb.name, task_id=task_id)
+            sender_party = actor.party_in(txn.run.run_id)
+            sealed = bool(kept.get(MessageData.SECRET))  # the run's files get a stand-in
+            stored = secret_answers.REDACTED if sealed else body
+            message = mailbox.compose(txn, verb.kind, task_id, stored, kept, sender=sender_party)
+            if sealed:  # kept before the commit point, so an answer taken is never without it
+                secret_answers.keep(store.paths, message.id, body)
+                sealed_id = message.id
+            if record is not None:
+                record(txn, message)
+            else:
+                by = f" by {session}" if message.from_ != LEADER else ""
+                mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}{by}: {short(body)}")
+            waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
+            run = txn.run
+    except BaseException:  # not committed: the secret answer goes with it
+        if sealed_id is not None:
+            secret_answers.forget(store.paths, sealed_id)
+        raise
     return Sent(
         run.run_id,
         verb.noun,
@@ -199,7 +212,13 @@ def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
             f"{text!r} is not one of the options of question {contact.id}: "
             f"{', '.join(contact.options)}."
         )
-    return {MessageData.CONTACT_ID: contact.id, MessageData.CONTACT_TYPE: contact.type.value}
+    found: dict[str, Any] = {
+        MessageData.CONTACT_ID: contact.id,
+        MessageData.CONTACT_TYPE: contact.type.value,
+    }
+    if contact.secret:
+        found[MessageData.SECRET] = True
+    return found
 
 
 def cancel(

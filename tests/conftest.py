@@ -33,6 +33,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     monkeypatch.setenv("CREW_HOME", str(home))
     monkeypatch.setenv("CREW_FSYNC", "0")
     monkeypatch.setenv("CREW_SESSION_ID", SESSION)
+    monkeypatch.setenv("CREW_SECRETS_DIR", str(tmp_path / "secrets"))  # outside the home
     monkeypatch.chdir(tmp_path)
     yield
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from conftest import SESSION
-from fake_agents import FakeAgent, killed_and_resumed, line, log, message, notes
+from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message, notes
 from leaders import eventually
 
 from crew import verbs
-from crew.adapters.base import AgentError, SessionStarted, TurnEnd
+from crew.adapters.base import AgentError, Reaction, SessionStarted, TurnEnd
 from crew.adapters.claude_code import ClaudeCodeAdapter
 from crew.adapters.wire import continuation
 from crew.config import AgentConfig
@@ -21,9 +21,11 @@ from crew.models import Task
 from crew.paths import Home
 from crew.protocol import Contact, Report
 from crew.registry import (
+    Box,
     ContactType,
     EventType,
     MessageKind,
+    MessageStatus,
     RunStatus,
     TaskStatus,
 )
@@ -40,6 +42,12 @@ FEATURES = "Which features do you want?"
 def answers(store: Any) -> list[dict[str, Any]]:
     """The `response` of each control_response crew sent."""
     return [m["response"]["response"] for m in sent(store) if m["type"] == "control_response"]
+
+
+def results(store: Any) -> list[Any]:
+    """The text of each result the fake claude gave, in order."""
+    found = [json.loads(each) for each in lines(store) if each.startswith("{")]
+    return [r.get("result") for r in found if r.get("type") == "result"]
 
 
 def user(text: str, **extra: Any) -> dict[str, Any]:
@@ -131,6 +139,35 @@ def test_a_permission_request_is_a_confirmation_only_a_yes_allows(
     assert said in log(store)
 
 
+def test_a_permission_allowed_for_the_session_is_not_asked_again_and_saved_nowhere(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "RUNBASH")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.options == ["yes", "no", "session"]
+    verbs.follow_up(store, "t", "RUNBASH again", session=SESSION)
+    verbs.respond(store, "t", "session", session=SESSION)
+
+    assert leader.finish() == 0
+    (answer,) = answers(store)  # the second time, the rule claude was given allowed it
+    command = "touch created-by-fake.txt && echo created"
+    assert answer == {
+        "behavior": "allow",
+        "updatedInput": {"command": command, "description": "fake command"},
+        "updatedPermissions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": command}],
+                "behavior": "allow",
+                "destination": "session",  # claude suggested localSettings: kept for now only
+            }
+        ],
+    }
+    assert results(store) == [f"Bash was allowed: {command}"] * 2
+    assert not (tmp_path / ".claude" / "settings.local.json").exists()
+
+
 @pytest.mark.parametrize("approvals", ["allow", "deny"])
 def test_approvals_allow_or_deny_answer_at_once_and_say_so(
     tmp_path: Path, home: Home, approvals: str
@@ -194,17 +231,17 @@ def test_a_steer_mid_turn_joins_it(tmp_path: Path, home: Home) -> None:
 def test_a_follow_up_mid_turn_is_its_own_turn_after_it(
     tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch, states: bool
 ) -> None:
-    leader, store = start(tmp_path, home, "SLOW", **({} if states else {"env": {STATES: "0"}}))
+    agent = {"keepOpen": "500ms", **({} if states else {"env": {STATES: "0"}})}
+    leader, store = start(tmp_path, home, "PAUSE", **agent)
     eventually(lambda: sent(store))
 
     verbs.follow_up(store, "t", "second job", session=SESSION)
 
     assert leader.finish() == 0
-    assert sent(store)[1] == user("second job", priority="later")
+    assert sent(store)[1] == user("second job")  # a turn of its own, not queued in claude
     output = log(store)
-    # The two results came back to back; stdin was closed only after the second.
-    assert output.index('"result_index": 1') < output.index("fake-claude: stdin closed")
-    assert "done: second job" in output
+    assert output.index('"result_index": 0') < output.index('"content": "second job"')
+    assert results(store) == ["done: work", "done: second job"]
     assert ('"state": "idle"' in output) is states
 
 
@@ -234,6 +271,26 @@ def test_stopping_a_task_interrupts_claude_first(tmp_path: Path, home: Home) -> 
     assert '"terminal_reason": "aborted_streaming"' in log(store)  # it wound down by itself
     task = store.state().tasks["t"]
     assert task.status is TaskStatus.FAILED and task.error == "timed out after 500ms of running"
+
+
+def test_a_follow_up_waiting_for_its_turn_never_runs_once_the_turn_is_interrupted(
+    tmp_path: Path, home: Home
+) -> None:
+    # Claude Code 2.1.197 ignores `cancel_queued`: what waits in its queue runs after an interrupt.
+    env = {"FAKE_CLAUDE_VERSION": "2.1.197"}
+    leader, store = start(tmp_path, home, "WORK", timeout="3s", env=env)
+    eventually(lambda: sent(store))  # the first turn runs
+
+    sent_up = verbs.follow_up(store, "t", "second job", session=SESSION)
+    eventually(lambda: store.fold(Box.INBOX)[sent_up.message.id].status is MessageStatus.DELIVERED)
+
+    assert leader.finish() == 1
+    kinds = [(e.type, e.task_id) for e in store.events().records]
+    delivered = kinds.index((EventType.MAILBOX_DELIVERED, "t"))
+    assert delivered < kinds.index((EventType.TASK_FAILED, "t"))  # crew had it, mid-turn
+    assert store.state().tasks["t"].error == "timed out after 3s of running"
+    assert results(store) == [None]  # the interrupted turn's, and no other
+    assert "second job" not in log(store)  # never written to claude
 
 
 def test_cancel_stops_the_agent(tmp_path: Path, home: Home) -> None:
@@ -284,13 +341,40 @@ def ask(request_id: str, tool: str, tool_input: dict[str, Any]) -> str:
 def test_an_idle_before_the_result_for_a_newer_message_does_not_end_the_turn() -> None:
     claude = adapter()
     assert claude.on_line(result(is_error=False)).signals == []  # `idle` will tell
-    follow = json.loads(claude.deliver(message(MessageKind.FOLLOW_UP, "more")).write)
-    assert follow["priority"] == "later"
+    steer = json.loads(claude.deliver(message(MessageKind.STEER, "more")).write)
+    assert steer["priority"] == "next"
 
     assert claude.on_line(IDLE).signals == []  # the idle of the turn before: "more" is due
     claude.on_line(result(is_error=False))
     assert claude.on_line(IDLE).signals == [TurnEnd(None)]
     assert claude.on_line(IDLE).signals == []  # once
+
+
+def test_follow_ups_during_a_turn_are_held_and_each_sent_as_a_turn_once_it_is_over() -> None:
+    claude = adapter()
+    assert claude.deliver(message(MessageKind.FOLLOW_UP, "more")).write == b""
+    assert claude.deliver(message(MessageKind.NUDGE, "status?")).write == b""
+    claude.on_line(result(is_error=True, result="boom"))
+
+    first = claude.on_line(IDLE)  # the failed turn is overtaken: an error, not the end
+    assert first.signals == [AgentError("claude: boom")]
+    assert json.loads(first.write)["message"]["content"] == "more"
+    assert "priority" not in json.loads(first.write)
+    claude.on_line(result(is_error=False))
+    second = claude.on_line(IDLE)
+    assert (second.signals, json.loads(second.write)["message"]["content"]) == ([], "status?")
+    claude.on_line(result(is_error=False, result="all done"))
+    assert claude.on_line(IDLE) == Reaction(signals=[TurnEnd(None, "all done")])
+
+
+def test_an_interrupt_drops_the_follow_ups_held_for_after_the_turn() -> None:
+    claude = adapter()
+    held = message(MessageKind.FOLLOW_UP, "more")
+    claude.deliver(held)
+
+    assert claude.interrupt().returned == [held]  # the leader's again: claude never got it
+    claude.on_line(result("aborted_streaming", is_error=True))
+    assert claude.on_line(IDLE) == Reaction(signals=[TurnEnd("aborted")])
 
 
 def test_a_turn_fails_on_its_terminal_reason_not_only_is_error() -> None:

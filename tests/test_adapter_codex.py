@@ -3,6 +3,7 @@ JSON-RPC protocol; and, driven line by line, the races a fake cannot time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,13 +11,13 @@ from typing import Any
 import pytest
 from conftest import SESSION
 from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message, notes
-from leaders import eventually
+from leaders import Leader, eventually
 
 import crew
 from crew import verbs
 from crew.adapters.base import AgentError, SessionStarted, TurnEnd, Withdrawn
 from crew.adapters.codex import CodexAdapter
-from crew.adapters.wire import continuation
+from crew.adapters.wire import SESSION_OPTIONS, continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
@@ -29,6 +30,7 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
+from crew.store import secret_answers
 from crew.waiting import Until, wait_for_run
 
 AGENT = FakeAgent("codex", "codex")
@@ -120,7 +122,11 @@ def test_several_questions_are_one_input_answered_by_a_json_object(
 
 @pytest.mark.parametrize(
     ("reply", "decision", "outcome"),
-    [("yes", "accept", "the command ran"), ("no, not now", "decline", "the command was declined")],
+    [
+        ("yes", "accept", "the command ran"),
+        ("no, not now", "decline", "the command was declined"),
+        ("always", "accept", "the command ran"),  # codex offers no more than this once
+    ],
 )
 def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
     tmp_path: Path, home: Home, reply: str, decision: str, outcome: str
@@ -132,12 +138,56 @@ def test_a_command_approval_is_a_confirmation_accepted_only_by_a_yes(
     assert task.contact.prompt == (
         "Run `/bin/bash -lc 'touch created.txt'`? (it writes outside the sandbox)"
     )
+    assert task.contact.options == []  # its availableDecisions have no acceptForSession
     verbs.respond(store, "t", reply, session=SESSION)
 
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"decision": decision}}
     assert outcome in log(store)
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+
+
+def messages_said(store: Any) -> list[str]:
+    """The text of each agent message the fake codex completed."""
+    items = [p["item"] for p in said(store, "item/completed")]
+    return [i["text"] for i in items if i["type"] == "agentMessage"]
+
+
+def test_a_command_accepted_for_the_session_is_not_asked_about_again(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = start(tmp_path, home, "RUNCMD SESSION", approvalPolicy="on-request")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.options == ["yes", "no", "session"]
+    verbs.follow_up(store, "t", "RUNCMD SESSION again", session=SESSION)
+    verbs.respond(store, "t", "session", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"decision": "acceptForSession"}}
+    assert len(said(store, "item/commandExecution/requestApproval")) == 1
+    assert messages_said(store).count("the command ran") == 2
+    # The approval policy crew.toml sets is passed as it is, once, and never changed.
+    policies = [(m["method"], m["params"]) for m in sent(store) if "approvalPolicy" in str(m)]
+    assert policies == [("thread/start", {"approvalPolicy": "on-request", "ephemeral": False})]
+
+
+@pytest.mark.parametrize(("reply", "scope"), [("yes", "turn"), ("session", "session")])
+def test_permissions_granted_for_the_session_say_so(
+    tmp_path: Path, home: Home, reply: str, scope: str
+) -> None:
+    leader, store = start(tmp_path, home, "PERMS")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.options == ["yes", "no", "session"]
+    verbs.respond(store, "t", reply, session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {
+        "permissions": {"network": {"enabled": True}, "fileSystem": None},
+        "scope": scope,
+    }
 
 
 def test_with_approvals_deny_a_command_is_declined_without_asking(
@@ -180,6 +230,183 @@ def test_a_file_change_approval_names_the_files_of_its_item(tmp_path: Path, home
     assert leader.finish() == 0
     assert answer(store) == {"id": 0, "result": {"decision": "accept"}}
     assert "the changes were applied" in log(store)
+
+
+def elicit(**request: Any) -> str:
+    """A prompt that makes the fake codex's MCP server ask the user this."""
+    return "ELICIT " + json.dumps(request)
+
+
+PORT = {"type": "integer", "title": "Port", "description": "where to listen", "minimum": 1}
+
+
+def test_an_mcp_form_of_one_field_asks_for_it_and_again_when_the_answer_does_not_fit(
+    tmp_path: Path, home: Home
+) -> None:
+    schema = {"type": "object", "properties": {"port": PORT}, "required": ["port"]}
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Configure the server", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Configure the server — port (integer, at least 1, required):"
+        " where to listen (or decline, cancel)"
+    )
+    verbs.respond(store, "t", "eighty", session=SESSION)
+    again = eventually(lambda: wait_for_run(store, Until.WAITING, timeout=20).tasks[0].contact)
+    assert again.id != task.contact.id
+    assert again.prompt.endswith("(port takes a number, not 'eighty'; answer again)")
+    verbs.respond(store, "t", "8080", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store) == {"id": 0, "result": {"action": "accept", "content": {"port": 8080}}}
+    assert 'elicited: {\\"action\\": \\"accept\\"' in log(store)
+
+
+def test_an_mcp_form_of_several_fields_is_answered_by_a_json_object(
+    tmp_path: Path, home: Home
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "port": PORT,
+            "env": {"type": "string", "oneOf": [{"const": "p", "title": "Production"}]},
+            "tls": {"type": "boolean", "title": "TLS"},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}},
+        },
+        "required": ["port"],
+    }
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Set up", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_INPUT
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Set up\n"
+        "Answer with a JSON object of field → value, or decline or cancel:\n"
+        "- port (integer, at least 1, required): where to listen\n"
+        "- env (one of Production)\n"
+        "- tls (boolean): TLS\n"
+        "- tags (any of a|b|c, as a JSON list)"
+    )
+    verbs.respond(
+        store, "t", '{"port": "443", "env": "Production", "TLS": "yes", "tags": ["a", "c"]}',
+        session=SESSION,
+    )  # fmt: skip
+
+    assert leader.finish() == 0
+    content = {"port": 443, "env": "p", "tls": True, "tags": ["a", "c"]}
+    assert answer(store)["result"] == {"action": "accept", "content": content}
+
+
+def test_an_mcp_choice_is_a_selection_that_can_be_declined(tmp_path: Path, home: Home) -> None:
+    env = {"type": "string", "enum": ["dev", "prod"], "enumNames": ["Development", "Production"]}
+    schema = {"type": "object", "properties": {"env": env}}
+    leader, store = start(
+        tmp_path, home, elicit(mode="form", message="Where?", requestedSchema=schema)
+    )
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_SELECTION
+    assert task.contact.options == ["Development", "Production", "decline"]
+    verbs.respond(store, "t", "decline", session=SESSION)
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {"action": "decline"}
+
+
+@pytest.mark.parametrize(("reply", "action"), [("yes", "accept"), ("no", "decline")])
+def test_an_mcp_url_is_a_confirmation_naming_it(
+    tmp_path: Path, home: Home, reply: str, action: str
+) -> None:
+    request = {
+        "mode": "url",
+        "message": "Sign in to the tracker.",
+        "url": "https://tracker.example/login?state=1",
+        "elicitationId": "el_1",
+    }
+    leader, store = start(tmp_path, home, elicit(**request))
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.type is ContactType.NEED_CONFIRMATION
+    assert task.contact.prompt == (
+        "fake-mcp (MCP) asks: Sign in to the tracker. Open https://tracker.example/login?state=1"
+        " — yes once you have (or decline, cancel)"
+    )
+    verbs.respond(store, "t", reply, session=SESSION)
+
+    assert leader.finish() == 0
+    expected = {"action": "accept", "content": {}} if action == "accept" else {"action": action}
+    assert answer(store)["result"] == expected
+
+
+def test_an_mcp_device_verification_is_declined_at_once_and_noted(
+    tmp_path: Path, home: Home
+) -> None:
+    request = {
+        "mode": "openai/userVerification",
+        "title": "Verify",
+        "description": "Prove it is you",
+        "challenge": "abc",
+    }
+    leader, store = start(tmp_path, home, elicit(**request))
+
+    assert leader.finish() == 0
+    assert answer(store)["result"] == {"action": "decline"}
+    assert notes(store) == ["codex: declined an MCP request crew cannot answer: Prove it is you"]
+
+
+TOKEN = "hunter2-deploy-token"
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """Every file under `root` whose bytes hold `text`."""
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_a_secret_answer_reaches_codex_and_no_file_of_the_run(tmp_path: Path, home: Home) -> None:
+    leader, store = start(tmp_path, home, "ASKSECRET")
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=20).tasks
+    assert task.contact is not None and task.contact.secret is True
+    sent_answer = verbs.respond(store, "t", TOKEN, session=SESSION)
+    assert sent_answer.message.body == secret_answers.REDACTED
+
+    assert leader.finish() == 0
+    assert f"got a token of sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in log(store)
+    assert files_holding(tmp_path, TOKEN) == []  # the run's files, and the secret's own: gone
+    responded = [e for e in store.events().records if e.type is EventType.TASK_RESPONDED]
+    assert secret_answers.REDACTED[:6] in str(responded[0].message)
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["kept", "lost-by-a-reboot"])
+def test_a_secret_answer_given_while_the_leader_is_down_reaches_the_resumed_agent(
+    tmp_path: Path, home: Home, lost: bool
+) -> None:
+    leader, store = start(tmp_path, home, "ASKSECRET")
+    wait_for_run(store, Until.WAITING, timeout=20)
+    leader.process.kill()
+    leader.finish()
+
+    verbs.respond(store, "t", TOKEN, session=SESSION)  # accepted with no leader to deliver it
+    assert files_holding(home.root, TOKEN) == []
+    (kept,) = files_holding(tmp_path / "secrets", TOKEN)
+    if lost:  # as a restart of the machine empties the tmpfs
+        kept.unlink()
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    if lost:  # the answer is rejected, saying why, and the question is asked again
+        asked = eventually(lambda: store.state().tasks["t"].contact, timeout=20)
+        assert asked.secret is True
+        verbs.respond(store, "t", TOKEN, session=SESSION)
+
+    assert resumed.finish() == 0
+    assert f"got a token of sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in log(store)
+    assert files_holding(tmp_path, TOKEN) == []
+    reasons = [m.reason for m in store.messages(Box.INBOX) if m.reason]
+    assert reasons == ([secret_answers.LOST] if lost else [])
 
 
 def test_a_steer_mid_turn_steers_the_active_turn(tmp_path: Path, home: Home) -> None:
@@ -335,12 +562,12 @@ def test_withdrawn_questions_give_way_and_a_late_answer_is_a_message() -> None:
     ask = {"threadId": "th", "turnId": turn, "itemId": "i", "command": "make", "cwd": "."}
     first = codex.on_line(line(method="item/commandExecution/requestApproval", id=0, params=ask))
     second = codex.on_line(line(method="item/commandExecution/requestApproval", id=1, params=ask))
-    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")]
+    assert first.signals == [Contact(ContactType.NEED_CONFIRMATION, "Run `make`?", SESSION_OPTIONS)]
     assert second.signals == []  # asked once the first is settled
 
     resolved = {"threadId": "th", "requestId": 0}
     assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [
-        Contact(ContactType.NEED_CONFIRMATION, "Run `make`?")  # the second question
+        Contact(ContactType.NEED_CONFIRMATION, "Run `make`?", SESSION_OPTIONS)  # the second
     ]
     resolved = {"threadId": "th", "requestId": 1}
     assert codex.on_line(line(method="serverRequest/resolved", params=resolved)).signals == [
@@ -519,3 +746,16 @@ def test_the_agents_final_answer_is_the_tasks_result(tmp_path: Path, home: Home)
     assert task.status is TaskStatus.COMPLETED and task.result == "done: hello"
     (event,) = [e for e in store.events().records if e.type == "agent.result"]
     assert event.message == "t's agent answered: done: hello"
+
+
+def test_an_interrupt_hands_back_the_follow_ups_held_for_after_the_turn() -> None:
+    codex, turn = adapter()
+    held = message(MessageKind.FOLLOW_UP, "more")
+    assert codex.deliver(held).write == b""  # kept for a turn of its own
+
+    stop = codex.interrupt()
+
+    assert stop.returned == [held]  # the leader's again: codex never got it
+    assert json.loads(stop.write)["method"] == "turn/interrupt"
+    codex.on_line(completed(turn, "interrupted"))
+    assert b"more" not in codex.on_line(line(id=4, result={})).write

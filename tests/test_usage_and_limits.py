@@ -26,7 +26,7 @@ from crew.adapters.pi import PiAdapter
 from crew.config import AgentConfig
 from crew.models import Event, Usage
 from crew.paths import Home
-from crew.registry import ContactType, EventType, RunStatus, TaskStatus
+from crew.registry import Box, ContactType, EventType, MessageStatus, RunStatus, TaskStatus
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 from crew.waiting import Until, wait_for_run
@@ -308,3 +308,18 @@ def test_an_idle_claude_told_no_at_its_limit_gets_no_more_work(tmp_path: Path, h
     verbs.cancel(store, session=SESSION)
     leader.finish()
     assert "second job" not in log(store) and "a steer" not in log(store)
+
+
+def test_work_an_adapter_held_when_its_turn_was_stopped_at_a_limit_is_given_after_a_yes(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = CODEX.start(tmp_path, home, "SPEND", maxTurns=3)
+    sent = verbs.follow_up(store, "t", "second job", session=SESSION)
+
+    paused(store)
+    pending = {m.id: m for m in store.messages(Box.INBOX)}[sent.message.id]
+    assert pending.status is MessageStatus.PENDING  # held for the answer, in crew (or never sent)
+    verbs.respond(store, "t", "yes", session=SESSION)
+
+    assert leader.finish() == 0
+    assert "done: second job" in log(store)

@@ -145,10 +145,10 @@ def _bounded_question(question: Contact) -> Contact:
     prompt = clip(question.prompt, MAX_PROMPT)
     options = [o for o in dict.fromkeys(clip(o, MAX_OPTION).strip() for o in question.options) if o]
     if len(options) <= MAX_OPTIONS:
-        return Contact(question.type, prompt, options, other=question.other)
+        return Contact(question.type, prompt, options, other=question.other, secret=question.secret)
     listed = ", ".join(options[:MAX_OPTIONS])
     prompt = f"{prompt} (answer with one of its {len(options)} options: {listed}, …)"
-    return Contact(ContactType.NEED_INPUT, clip(prompt, MAX_PROMPT))
+    return Contact(ContactType.NEED_INPUT, clip(prompt, MAX_PROMPT), secret=question.secret)
 
 
 @dataclass
@@ -157,10 +157,14 @@ class Reaction:
 
     write: bytes = b""
     signals: list[Signal] = field(default_factory=list)
+    #: Messages the adapter was given but held back from the agent (work for after its turn),
+    #: handed back by an interrupt: the leader keeps them if the task goes on.
+    returned: list[MailboxMessage] = field(default_factory=list)
 
     def __iadd__(self, other: Reaction) -> Reaction:
         self.write += other.write
         self.signals.extend(other.signals)
+        self.returned.extend(other.returned)
         return self
 
 
@@ -192,7 +196,8 @@ class Adapter(Protocol):
         """Deliver a respond, steer, nudge or followUp message in the agent's own terms."""
 
     def interrupt(self) -> Reaction:
-        """Stop what the agent is doing (before the task's worker is stopped)."""
+        """Stop what the agent is doing (before the task's worker is stopped, or when its task
+        reached a limit); what it held for after the turn is handed back (`returned`)."""
 
 
 class Question(Protocol):

@@ -6,23 +6,30 @@ request itself and never asks a question). crew sets `CLAUDE_CODE_EMIT_SESSION_S
 in its environment.
 
 - The task prompt is the first user message. A steer is a user message with `priority: "next"`
-  (it joins the running turn); a follow-up, a nudge or an answer nobody asked for is one with
-  `priority: "later"` (its own turn after the current one); while claude is idle, a plain user
-  message (a new turn). A malformed line kills claude: we only ever write one-line JSON.
+  (it joins the running turn). A follow-up, a nudge or an answer nobody asked for waits here
+  while a turn runs, and is sent as a plain user message (a turn of its own) once the turn is
+  over; while claude is idle, at once. claude could queue them itself (`priority: "later"`), but
+  Claude Code 2.1.197 ignores an interrupt's `cancel_queued` and runs the queued message after
+  the interrupted turn: work the person cancelled. A malformed line kills claude: we only ever
+  write one-line JSON.
 - Questions are `can_use_tool` control requests. `AskUserQuestion` asks 1 to 4 questions: one with
-  options to pick one of → need_selection, any other single question → need_input; several →
-  one need_input, answered by a JSON object mapping each question's text to its answer, or by
-  one text for all. Any other tool asks for permission: with `approvals = "ask"` a
-  need_confirmation question (only a yes allows it), with `allow`/`deny` an answer at once,
-  noted in the event log. A second request waits until the first is answered. A request claude
-  withdraws (`control_cancel_request`) is dropped: the task stops waiting (or the next request
-  becomes the question), and an answer that crossed the withdrawal is not passed on.
+  options to pick one of → need_selection, any other single question → need_input; several → one
+  need_input, answered by a JSON object mapping each question's text to its answer, or by one text
+  for all. Any other tool asks for permission: with `approvals = "ask"` a need_confirmation
+  question (only a yes allows it), with `allow`/`deny` an answer at once, noted in the event log. A
+  request with `permission_suggestions` offers yes|no|session: `session` (or `always`) allows it
+  with `updatedPermissions` set to those suggestions, each with `destination: "session"` (claude's
+  own would often save the rule in a settings file). A second request waits until the first is
+  answered. A request claude withdraws (`control_cancel_request`) is dropped: the task stops
+  waiting (or the next request becomes the question), and an answer that crossed the withdrawal is
+  not passed on.
 - A `result` ends a turn, classified by `terminal_reason` (`completed`; `aborted_*`; anything
   else, or `is_error`, fails it). Results of queued turns can come back to back, so the `idle`
   session state is the end; without the state events, a `result` with no `queued_turn_count`.
   An `authentication_failed` assistant message names the failure. A control request crew sent
   that claude refuses is an error; one claude sends that crew does not know is refused.
-- Cancel: an `interrupt` control request that also drops claude's queued messages.
+- Cancel: drop the held messages, then an `interrupt` control request that also drops claude's
+  queued messages (a steer not yet taken up, where claude honours `cancel_queued`).
 - Session: claude names its session in the `system`/`init` message that opens every turn
   (`session_id`, a UUID; results carry it too), and keeps the transcript in
   `~/.claude/projects/<cwd>/<id>.jsonl` (under `CLAUDE_CONFIG_DIR` when set). It is reported
@@ -52,12 +59,19 @@ from crew.adapters.base import (
     Withdrawn,
     spent,
 )
-from crew.adapters.wire import continuation, json_line, json_object
+from crew.adapters.wire import (
+    SESSION_OPTIONS,
+    confirms,
+    continuation,
+    for_session,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
-from crew.text import clip, confirms, short
+from crew.text import clip, short
 
 #: The tool through which claude asks the user questions.
 ASK_TOOL = "AskUserQuestion"
@@ -81,6 +95,8 @@ class _Request:
     tool: str
     input: dict[str, Any]
     contact: Contact
+    #: The permission updates claude suggests, to allow the like for the rest of the session.
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -114,6 +130,9 @@ class ClaudeCodeAdapter:
     _session: str | None = None
     #: `total_cost_usd` of the last result: what the process had spent until then.
     _cost_before: float = 0.0
+    #: Follow-ups, nudges and unasked answers that came while a turn ran, each sent as a turn
+    #: of its own once the turn is over: in claude's own queue, an interrupt might not drop them.
+    _queued: list[MailboxMessage] = field(default_factory=list)
 
     # ------------------------------------------------------------------ to claude
 
@@ -132,11 +151,16 @@ class ClaudeCodeAdapter:
             return self._answer(message.body)
         if message.kind is MessageKind.RESPOND and self._withdrawn:
             return self._drop()
-        priority = "next" if message.kind is MessageKind.STEER else "later"
-        return Reaction(write=self._user(message.body, priority))  # followUp, nudge, prose
+        if message.kind is MessageKind.STEER:
+            return Reaction(write=self._user(message.body, "next"))
+        if self._ended is None:  # a followUp, a nudge or prose, while a turn runs: held here
+            self._queued.append(message)
+            return Reaction()
+        return Reaction(write=self._user(message.body))
 
     def interrupt(self) -> Reaction:
         self._interrupts += 1
+        returned, self._queued = self._queued, []  # not claude's: handed back to the leader
         self._owed = False  # `cancel_queued`: what waits in claude's queue never runs
         return Reaction(
             write=json_line(
@@ -145,7 +169,8 @@ class ClaudeCodeAdapter:
                     "request_id": f"crew-interrupt-{self._interrupts}",
                     "request": {"subtype": "interrupt", "cancel_queued": True},
                 }
-            )
+            ),
+            returned=returned,
         )
 
     def _user(self, text: str, priority: str | None = None) -> bytes:
@@ -168,6 +193,8 @@ class ClaudeCodeAdapter:
             response = _allow({**request.input, "answers": answers})
         elif confirms(body):
             response = _allow(request.input)
+            if for_session(body) and request.suggestions:
+                response["updatedPermissions"] = _for_session(request.suggestions)
         else:
             response = _deny(f"Denied by the crew supervisor: {body}")
         reaction.write = _response(request.id, response)
@@ -315,8 +342,14 @@ class ClaudeCodeAdapter:
         return self._turn_end()
 
     def _turn_end(self) -> Reaction:
-        self._ended = TurnEnd(self._error, None if self._error else self._answer_text)
+        """The turn is over: the next held message starts a turn of its own (the failure of
+        the one that ended is an error, not the end), or the leader is told claude is idle."""
+        error, answer = self._error, self._answer_text
         self._error, self._answer_text = None, None
+        if self._queued:
+            overtaken = [AgentError(f"claude: {error}")] if error else []
+            return Reaction(write=self._user(self._queued.pop(0).body), signals=[*overtaken])
+        self._ended = TurnEnd(error, None if error else answer)
         return Reaction(signals=[self._ended])
 
     def _request(self, request_id: str, request: dict[str, Any]) -> Reaction:
@@ -328,13 +361,17 @@ class ClaudeCodeAdapter:
         tool = str(request.get("tool_name"))
         tool_input = _dict(request.get("input"))
         self._asked.add(str(request.get("tool_use_id")))
+        suggested = request.get("permission_suggestions")
+        suggestions = [_dict(s) for s in suggested] if isinstance(suggested, list) else []
         if tool == ASK_TOOL:
             contact = _question(tool_input.get("questions"))
         elif self.agent.approvals is Approvals.ASK:
-            contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?")
+            options = SESSION_OPTIONS if suggestions else []
+            contact = Contact(ContactType.NEED_CONFIRMATION, f"Allow {_action(request)}?", options)
         else:
             return self._approve(request_id, request)
-        reaction = self._requests.ask(_Request(request_id, tool, tool_input, contact))
+        asked = _Request(request_id, tool, tool_input, contact, suggestions)
+        reaction = self._requests.ask(asked)
         if reaction.signals:
             self._withdrawn = False
         return reaction
@@ -435,6 +472,12 @@ def _action(request: dict[str, Any]) -> str:
 
 def _allow(tool_input: dict[str, Any]) -> dict[str, Any]:
     return {"behavior": "allow", "updatedInput": tool_input}
+
+
+def _for_session(suggestions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """claude's suggested permission updates, kept for this session only: claude often suggests
+    saving a rule in a settings file (`localSettings`), which would outlive the session."""
+    return [{**suggestion, "destination": "session"} for suggestion in suggestions]
 
 
 def _deny(message: str) -> dict[str, Any]:

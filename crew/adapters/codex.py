@@ -27,10 +27,18 @@
   order asked; `serverRequest/resolved` of one we still hold withdraws it.
   - `item/tool/requestUserInput` (codex asks only in Plan collaboration mode): one question is
     need_selection (with options) or need_input; several are one need_input, answered by a JSON
-    object of question id (or text) → answer, or by one text for all.
-  - Command, file-change and permission approvals: need_confirmation with agent `approvals =
-    "ask"` (a yes accepts; anything else declines, and the turn goes on), else answered at once
-    and noted. The files of a file change come from its `fileChange` item.
+    object of question id (or text) → answer, or by one text for all. A question with
+    `isSecret` makes the contact secret: its answer is kept out of the run's files
+    (crew/store/secret_answers.py), and only the JSON-RPC result written to codex holds it.
+  - Command, file-change and permission approvals: need_confirmation with agent `approvals = "ask"`
+    (a yes accepts; anything else declines, and the turn goes on), else answered at once and noted.
+    Where the request allows it (a command approval whose `availableDecisions`, when listed, hold
+    `acceptForSession`; any file change; any permission request) the question's options are
+    yes|no|session: `session` (or `always`) is `acceptForSession`, or a grant with `scope:
+    "session"`. The thread's approval policy is never changed. The files of a file change come from
+    its `fileChange` item.
+  - `mcpServer/elicitation/request` (an MCP server asks the user): a form or a URL to open, as
+    crew/adapters/elicitation.py asks it; an answer that does not fit is asked again.
   - Any other request gets a JSON-RPC error. An answer with no question open is a steer.
 - A refused `initialize` or `thread/start` is fatal; a refused `turn/start` with no turn running
   ends the turn with that error; other refusals are errors.
@@ -43,17 +51,26 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crew import __version__
+from crew.adapters import codex_approvals
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, spent
-from crew.adapters.wire import continuation, json_line, json_object
+from crew.adapters.elicitation import Unfit, elicitation
+from crew.adapters.wire import (
+    SESSION_OPTIONS,
+    confirms,
+    continuation,
+    for_session,
+    json_line,
+    json_object,
+)
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import Approvals, ContactType, MessageKind
-from crew.text import confirms, short
+from crew.text import short
 
 #: Requests of ours without which the agent cannot work at all (a refused `thread/resume` falls
 #: back to `thread/start`).
@@ -62,9 +79,6 @@ _SETUP = frozenset({"initialize", "thread/start"})
 #: Requests of ours that may start a turn or add to one: the agent is not idle until answered.
 _TURN_REQUESTS = frozenset({"turn/start", "turn/steer"})
 _METHOD_NOT_FOUND = -32601
-
-#: Makes an approval's result from the decision (True: approved).
-_Decide = Callable[[bool], dict[str, Any]]
 
 
 @dataclass
@@ -100,7 +114,8 @@ class CodexAdapter:
     _resume: str | None = None
     _count: int = 0
     _calls: dict[int, _Call] = field(default_factory=dict)
-    _queued: list[str] = field(default_factory=list)
+    #: Follow-ups and nudges for after the running turn (each starts a turn of its own).
+    _queued: list[MailboxMessage] = field(default_factory=list)
     _questions: Questions[_Question] = field(default_factory=Questions)
     #: The files of each `fileChange` item under way, by item id.
     _changes: dict[str, list[Any]] = field(default_factory=dict)
@@ -135,16 +150,18 @@ class CodexAdapter:
     def deliver(self, message: MailboxMessage) -> Reaction:
         if message.kind is MessageKind.RESPOND and self._questions:
             return self._answer(message.body)
-        if message.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE} and self.busy:
-            self._queued.append(message.body)  # a turn/start once the turn completes
+        later = message.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE} and self.busy
+        if later or self.thread is None:  # a turn/start once the turn (or the set-up) is over
+            self._queued.append(message)
             return Reaction()
         return Reaction(write=self._steer(message.body))  # a steer, or an answer to prose
 
     def interrupt(self) -> Reaction:
-        self._queued.clear()
+        returned, self._queued = self._queued, []
         if self.turn is None:
-            return Reaction()
-        return Reaction(write=self._call("turn/interrupt", threadId=self.thread, turnId=self.turn))
+            return Reaction(returned=returned)
+        stop = self._call("turn/interrupt", threadId=self.thread, turnId=self.turn)
+        return Reaction(write=stop, returned=returned)
 
     def _steer(self, text: str) -> bytes:
         if self.turn is not None:
@@ -155,9 +172,6 @@ class CodexAdapter:
                 input=_input(text),
                 expectedTurnId=self.turn,
             )
-        if self.thread is None:  # still setting up: after the first turn
-            self._queued.append(text)
-            return b""
         return self._start_turn(text)  # while a turn is starting, codex adds it to that turn
 
     def _start_turn(self, text: str) -> bytes:
@@ -170,8 +184,14 @@ class CodexAdapter:
         return json_line({"id": self._count, "method": method, "params": params})
 
     def _answer(self, body: str) -> Reaction:
+        asked = self._questions.held()[0]
+        try:
+            result = asked.reply(body)
+        except Unfit as unfit:  # asked again, saying why: nothing reaches codex
+            again = replace(asked.contact, prompt=f"{asked.contact.prompt} ({unfit}; answer again)")
+            return Reaction(signals=[again])
         question, reaction = self._questions.answered()
-        reaction.write = json_line({"id": question.id, "result": question.reply(body)})
+        reaction.write = json_line({"id": question.id, "result": result})
         return reaction
 
     # ------------------------------------------------------------------ from codex
@@ -325,7 +345,7 @@ class CodexAdapter:
         self._ended = False
         if self._queued:
             reaction = self._overtaken()
-            reaction.write += self._start_turn(self._queued.pop(0))
+            reaction.write += self._start_turn(self._queued.pop(0).body)
             return reaction
         self.busy = False
         error, self._outcome = self._outcome, None
@@ -340,24 +360,44 @@ class CodexAdapter:
     def _request(self, ident: Any, method: str, params: dict[str, Any]) -> Reaction:
         if method == "item/tool/requestUserInput":
             return self._questions.ask(_user_input(ident, params))
-        approval = _approval(method, params, self._changes)
+        if method == "mcpServer/elicitation/request":
+            return self._elicitation(ident, params)
+        approval = codex_approvals.approval(method, params, self._changes)
         if approval is None:
             error = {"code": _METHOD_NOT_FOUND, "message": f"crew cannot answer {method}"}
             return Reaction(
                 write=json_line({"id": ident, "error": error}),
                 signals=[AgentError(f"codex: refused its {method} request (crew cannot answer)")],
             )
-        prompt, decide = approval
+        prompt, decide, session = approval
         if self.agent.approvals is Approvals.ASK:
-            contact = Contact(ContactType.NEED_CONFIRMATION, prompt)
+            options = SESSION_OPTIONS if session else []
+            contact = Contact(ContactType.NEED_CONFIRMATION, prompt, options)
             return self._questions.ask(
-                _Question(ident, contact, lambda body: decide(confirms(body)))
+                _Question(
+                    ident,
+                    contact,
+                    lambda body: decide(confirms(body), session and for_session(body)),
+                )
             )
         allowed = self.agent.approvals is Approvals.ALLOW
         verdict = "accepted" if allowed else "declined"
         note = f"codex: {verdict} (approvals = {self.agent.approvals}): {prompt}"
         return Reaction(
-            write=json_line({"id": ident, "result": decide(allowed)}),
+            write=json_line({"id": ident, "result": decide(allowed, False)}),
+            signals=[Report(ContactType.NOTE, note)],
+        )
+
+    def _elicitation(self, ident: Any, params: dict[str, Any]) -> Reaction:
+        """An MCP server asks the user (crew/adapters/elicitation.py); one crew cannot ask
+        (a device verification) is declined at once, and noted."""
+        asked = elicitation(params)
+        if asked is not None:
+            return self._questions.ask(_Question(ident, *asked))
+        what = params.get("message") or params.get("description") or params.get("mode")
+        note = f"codex: declined an MCP request crew cannot answer: {what}"
+        return Reaction(
+            write=json_line({"id": ident, "result": {"action": "decline"}}),
             signals=[Report(ContactType.NOTE, note)],
         )
 
@@ -372,18 +412,21 @@ class CodexAdapter:
 
 def _user_input(ident: Any, params: dict[str, Any]) -> _Question:
     questions = [_dict(q) for q in params.get("questions") or []]
+    secret = any(q.get("isSecret") for q in questions)  # the answer is kept out of every file
     if len(questions) == 1:
         options = _options(questions[0])
         kind = ContactType.NEED_SELECTION if options else ContactType.NEED_INPUT
         other = bool(questions[0].get("isOther"))  # an answer of one's own is welcome too
-        contact = Contact(kind, _asked(questions[0]), options, other=other and bool(options))
+        contact = Contact(
+            kind, _asked(questions[0]), options, other=other and bool(options), secret=secret
+        )
     else:
         listed = "; ".join(
             f"{q.get('id')}: {_asked(q)}" + (f" [{'|'.join(_options(q))}]" if _options(q) else "")
             for q in questions
         )
         how = 'answer {"<id>": "<answer>", …} to answer each, or one text for all'
-        contact = Contact(ContactType.NEED_INPUT, f"codex asks: {listed} ({how})")
+        contact = Contact(ContactType.NEED_INPUT, f"codex asks: {listed} ({how})", secret=secret)
     return _Question(ident, contact, functools.partial(_answers, questions))
 
 
@@ -413,59 +456,6 @@ def _answers(questions: list[dict[str, Any]], body: str) -> dict[str, Any]:
             values = value if isinstance(value, list) else [value]
             answers[ident] = {"answers": [str(v) for v in values]}
     return {"answers": answers}
-
-
-def _approval(
-    method: str, params: dict[str, Any], changes: dict[str, list[Any]]
-) -> tuple[str, _Decide] | None:
-    """An approval request as a yes/no question, and how to answer it (None: not an approval)."""
-    decide: _Decide = _decision
-    if method == "item/commandExecution/requestApproval":
-        command = params.get("command")
-        prompt = f"Run `{command}`?" if command else "Run a command?"
-    elif method == "item/fileChange/requestApproval":
-        prompt = f"Apply changes to {_files(changes.get(str(params.get('itemId')), []))}?"
-    elif method == "item/permissions/requestApproval":
-        asked = _dict(params.get("permissions"))
-        prompt = f"Grant {_permissions(asked)}?"
-        decide = functools.partial(_grant, asked)
-    else:
-        return None
-    if params.get("reason"):
-        prompt += f" ({params['reason']})"
-    return prompt, decide
-
-
-def _decision(yes: bool) -> dict[str, Any]:
-    return {"decision": "accept" if yes else "decline"}  # decline: the turn goes on without it
-
-
-def _grant(asked: dict[str, Any], yes: bool) -> dict[str, Any]:
-    return {"permissions": asked if yes else {}, "scope": "turn"}
-
-
-def _files(changes: list[Any]) -> str:
-    named = []
-    for change in map(_dict, changes):
-        kind = _dict(change.get("kind"))
-        how = f"move to {kind['move_path']}" if kind.get("move_path") else kind.get("type")
-        named.append(f"{change.get('path')} ({how})")
-    return ", ".join(named) or "files"
-
-
-def _permissions(asked: dict[str, Any]) -> str:
-    wanted = ["network access"] if _dict(asked.get("network")).get("enabled") else []
-    files = _dict(asked.get("fileSystem"))
-    wanted += [
-        f"{access} access to {', '.join(map(str, files[access]))}"
-        for access in ("read", "write")
-        if files.get(access)
-    ]
-    for entry in map(_dict, files.get("entries") or []):
-        path = _dict(entry.get("path"))
-        where = path.get("path") or path.get("pattern") or _dict(path.get("value")).get("kind")
-        wanted.append(f"{entry.get('access')} access to {where}")
-    return ", ".join(wanted) or "more permissions"
 
 
 # ---------------------------------------------------------------------- helpers

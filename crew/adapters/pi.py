@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crew.adapters.base import AgentError, Questions, Reaction, SessionStarted, TurnEnd, spent
-from crew.adapters.wire import continuation, json_line, json_object
+from crew.adapters.wire import confirms, continuation, json_line, json_object
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
 from crew.protocol import Contact, Report
 from crew.registry import ContactType, MessageKind
-from crew.text import confirms, short
+from crew.text import short
 
 #: How pi's session files end; `--session` opens an argument that ends so as a file.
 _SESSION_FILE = ".jsonl"

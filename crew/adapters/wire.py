@@ -8,6 +8,25 @@ from typing import Any
 from crew import protocol
 from crew.models import Task
 from crew.protocol import parse_json
+from crew.text import YES
+
+#: The answer to a permission request that allows it and what the agent would ask about next
+#: of the same kind, for the rest of the agent's session (and `always`, a person's word for it).
+SESSION = "session"
+FOR_SESSION = frozenset({SESSION, "always"})
+#: The options of a permission request that can be allowed for the session.
+SESSION_OPTIONS = ["yes", "no", SESSION]
+
+
+def confirms(answer: str) -> bool:
+    """Whether an answer to a yes/no question says yes (only an explicit yes does; allowing
+    for the session is a yes too)."""
+    return answer.strip().lower() in YES | FOR_SESSION
+
+
+def for_session(answer: str) -> bool:
+    """Whether an answer to a permission request allows it for the rest of the session."""
+    return answer.strip().lower() in FOR_SESSION
 
 
 def json_object(line: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from crew import ids
 from crew.models import MailboxMessage, SupervisorContact, Task
+from crew.protocol import Contact
 from crew.registry import (
     INBOUND_BOXES,
     LEADER,
@@ -304,6 +305,21 @@ def _question_answered(txn: Txn, message: MailboxMessage) -> dict[str, Any] | No
     return None
 
 
+def question_of(txn: Txn, answer: MailboxMessage) -> Contact | None:
+    """The question an answer was given to, as the worker asked it (from outbox.jsonl)."""
+    contact_id = (answer.data or {}).get(MessageData.CONTACT_ID)
+    for asked in txn.messages(Box.OUTBOX).values():
+        facts = asked.data or {}
+        if asked.kind is MessageKind.CONTACT and facts.get(MessageData.CONTACT_ID) == contact_id:
+            return Contact(
+                ContactType(str(facts.get(MessageData.CONTACT_TYPE))),
+                asked.body,
+                list(facts.get(MessageData.OPTIONS, [])),
+                secret=bool(facts.get(MessageData.SECRET)),
+            )
+    return None
+
+
 def _question_key(kind: str, prompt: str, options: list[str]) -> dict[str, Any]:
     return {"type": kind, "prompt": prompt, "options": list(options)}
 
@@ -318,6 +334,15 @@ def _hold(txn: Txn, message: MailboxMessage, question: dict[str, Any]) -> None:
         f"{short(question['prompt'], 60)!r} again",
         mail=message.model_copy(update={"data": data}),
     )
+
+
+def carry_back(txn: Txn, messages: Iterable[MailboxMessage]) -> None:
+    """Messages delivered to a worker's adapter that the agent never got (it held them for
+    after a turn that crew stopped): pending again, to be given once the task goes on."""
+    for message in messages:
+        current = inbound(txn, message.id)
+        if current is not None and current.status is MessageStatus.DELIVERED:
+            _carry_over(txn, current)
 
 
 def _carry_over(txn: Txn, message: MailboxMessage) -> None:
@@ -363,6 +388,8 @@ def contact(txn: Txn, question: SupervisorContact) -> MailboxMessage:
     }
     if question.options:
         data[MessageData.OPTIONS] = question.options
+    if question.secret:
+        data[MessageData.SECRET] = True
     message = _outbound(txn, question.task_id, MessageKind.CONTACT, question.prompt, data)
     txn.record(
         EventType.SUPERVISOR_CONTACT,

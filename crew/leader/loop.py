@@ -22,10 +22,10 @@ from functools import partial
 from crew import clock, faults, verbs
 from crew.adapters import adapter_for
 from crew.adapters.base import Adapter, Reaction, Signal
-from crew.domain import budget, mailbox, runs, tasks
+from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import release
 from crew.errors import ExitCode, LeaderCrashed, StaleLeader
-from crew.leader import autorespond, monitors, schedule, signals, spawn
+from crew.leader import autorespond, limits, monitors, schedule, secret_delivery, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
@@ -291,8 +291,7 @@ class Leader:
             )
         worker.agent = agent
         if agent.to_interrupt:  # a limit reached mid-turn: the agent stops, crew asks
-            agent.interrupting = True
-            self.workers.write(worker, worker.adapter.interrupt().write)
+            limits.stop_turn(self.workers, self.view, worker)
         return [partial(self._auto_respond, question) for question in asked]
 
     def _auto_respond(self, question: SupervisorContact) -> None:
@@ -363,30 +362,29 @@ class Leader:
         task = self.state.tasks.get(worker.task_id)
         if task is None or task.status not in LIVE_TASK_STATUSES or worker.stdin_closed:
             return
-        if worker.to_write or worker.exited or worker.stopping:
+        if worker.to_write or worker.exited or worker.stopping or worker.agent.interrupting:
             return
         plain = worker.adapter.answers_only_while_asking
         due = self.view.pending.due(task, answers_only_while_asking=plain)
         if not due or (worker.agent.turn_ended and self._paused_at_limit(task)):
             return
-        reaction = Reaction()
-        for message in due:
+        due, given, asked = secret_delivery.reveal_due(self.paths, self.view, due)
+        reaction = Reaction(signals=[*asked])  # secret answers the machine lost: asked again
+        for message in given:
             reaction += worker.adapter.deliver(message)
-        worker.agent.turn_ended = False  # the agent has more to do
-        worker.in_flight = due
-        self.workers.write(worker, reaction.write)
+        if due:
+            worker.agent.turn_ended = False  # the agent has more to do
+            worker.in_flight = due
+            self.workers.write(worker, reaction.write)
         if reaction.signals:
             self._heard(worker, Reaction(signals=reaction.signals))
 
     def _paused_at_limit(self, task: Task) -> bool:
         """An idle agent whose task reached a limit is given no more work: crew asks first."""
-        reached = budget.reached(self.state.run, task)
-        if reached is None:
-            return False
-        with self.view.change() as txn:
-            question = budget.pause(txn, task.id, reached, interrupted=False)
-        self._auto_respond(question)
-        return True
+        question = limits.pause_if_reached(self.view, task)
+        if question is not None:
+            self._auto_respond(question)
+        return question is not None
 
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """The worker's stdin took these messages (Workers calls this)."""
@@ -395,6 +393,7 @@ class Leader:
     def _record_delivery(self, attempt: int, messages: list[MailboxMessage]) -> None:
         with self.view.change() as txn:
             mailbox.deliver(txn, messages, attempt=attempt)
+        secret_delivery.forget_delivered(self.paths, messages)
 
     def _close_idle_agents(self, now: float) -> None:
         """Close the stdin of agents that are done, so that they exit (schedule.idle_close_at)."""

@@ -135,6 +135,7 @@ def _asked(txn: Txn, task_id: str, agent: AgentState, item: Contact) -> Supervis
         prompt=item.prompt,
         options=item.options,
         other=item.other or None,
+        secret=item.secret or None,
         asked_at=txn.at,
     )
     mailbox.contact(txn, question)

@@ -1,17 +1,22 @@
 """A stand-in for `claude -p --input-format stream-json --output-format stream-json --verbose
 --permission-prompt-tool stdio`, speaking its protocol as the real one does (Claude Code 2.1.332).
 
-A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion question with
-options, `ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command,
-`TWOBASH` asks for two at once, `WITHDRAW` asks a question and withdraws it, `SLOW` works until
-something is sent to it (at most 5 s: `next` messages join the turn, `later` ones wait for their
-own), `NOAUTH` fails like claude without credentials, `BADKEY` retries a refused key (401) until
-interrupted, `DENIED` reports a tool use it denied without asking (as claude does without a
-permission prompt tool). Anything else is answered at once.
-Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. Every line
-received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is not
-JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the last
-result was an error). Its command line is echoed first (`fake-claude argv …`).
+A keyword in the prompt picks the scenario: `ASKQ` asks one AskUserQuestion question with options,
+`ASKMANY` two (the second multi-select), `RUNBASH` asks to run a Bash command, `TWOBASH` asks for
+two at once (each with a suggestion to allow it from now on, which an answer's `updatedPermissions`
+can take up: a tool use an allow rule matches is not asked about, and a rule for anywhere but the
+`session` is saved to `.claude/settings.local.json`), `WITHDRAW` asks a question and withdraws it,
+`SLOW` works until something is sent to it (at most 5 s: `next` messages join the turn, `later`
+ones wait for their own), `WORK` works until interrupted (at most 10 s), `PAUSE` for 1 s, `NOAUTH`
+fails like claude without credentials, `BADKEY` retries a refused key (401) until interrupted,
+`DENIED` reports a tool use it denied without asking (as claude does without a permission prompt
+tool). Anything else is answered at once.
+Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. With
+FAKE_CLAUDE_VERSION=2.1.197 it behaves as that version: an interrupt's `cancel_queued` is ignored,
+and the messages queued for turns of their own run after the interrupted one all the same. Every
+line received is echoed on stderr (`fake-claude got …`), which the crew log keeps; a line that is
+not JSON kills it (exit 1). At the end of stdin it finishes its turns, then exits 0 (1 when the
+last result was an error). Its command line is echoed first (`fake-claude argv …`).
 
 Sessions are kept as claude keeps them: a transcript `projects/<cwd, each character other than a
 letter or digit a dash>/<session id>.jsonl` in its config folder, a line per message (the user's
@@ -39,6 +44,9 @@ from typing import Any
 
 SESSION = str(uuid.uuid4())  # a resumed session keeps its id
 STATES = os.environ.get("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS") == "1"
+#: The version to behave as: 2.1.197 ignores `cancel_queued`, so what waits in its queue runs
+#: after an interrupt all the same.
+VERSION = os.environ.get("FAKE_CLAUDE_VERSION", "2.1.332")
 ASKQ = {
     "question": "Which database should we use?",
     "header": "Database",
@@ -66,6 +74,7 @@ saving = threading.Lock()
 queue: list[tuple[str, str]] = []  # (text, priority) of user messages waiting for a turn
 answers: dict[str, dict[str, Any]] = {}  # request id -> the `response` of our control_response
 asking: set[str] = set()
+rules: list[dict[str, Any]] = []  # allow rules: a tool use one matches is not asked about
 
 
 @dataclass
@@ -203,7 +212,11 @@ def tool_result(tool_use_id: str, text: str, is_error: bool) -> None:
 def ask(
     tools: list[tuple[str, dict[str, Any]]], withdraw_first: bool
 ) -> list[dict[str, Any] | None]:
-    """Ask for permission to use these tools at once; their answers (None: withdrawn)."""
+    """Ask for permission to use these tools at once; their answers (None: withdrawn). A tool
+    use a rule allows is not asked about."""
+    allowed = [allow(t, i) for t, i in tools]
+    if all(allowed):
+        return allowed
     requests = []
     assistant(
         [
@@ -224,8 +237,14 @@ def ask(
             request["requires_user_interaction"] = True
         else:
             request["description"] = tool_input.get("description")
-            request["permission_suggestions"] = [
-                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}
+            rule = {"toolName": tool, "ruleContent": tool_input.get("command")}
+            request["permission_suggestions"] = [  # as claude suggests: saved in a settings file
+                {
+                    "type": "addRules",
+                    "rules": [rule],
+                    "behavior": "allow",
+                    "destination": "localSettings",
+                }
             ]
         request_id = str(uuid.uuid4())
         requests.append(request_id)
@@ -236,8 +255,27 @@ def ask(
         time.sleep(0.3)
         withdraw(requests[0])
     replies = [wait_for(request_id) for request_id in requests]
+    for reply in replies:
+        remember(reply)
     state("running")
     return replies
+
+
+def allow(tool: str, tool_input: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer a permission rule gives this tool use (None: none does)."""
+    rule = {"toolName": tool, "ruleContent": tool_input.get("command")}
+    return {"behavior": "allow", "updatedInput": tool_input} if rule in rules else None
+
+
+def remember(reply: dict[str, Any] | None) -> None:
+    """Keep the allow rules an answer adds: for the session, or saved in a settings file."""
+    for update in (reply or {}).get("updatedPermissions") or []:
+        if update["type"] == "addRules" and update["behavior"] == "allow":
+            rules.extend(update["rules"])
+            if update["destination"] != "session":  # as claude saves them: beyond the session
+                settings = Path(".claude") / "settings.local.json"
+                settings.parent.mkdir(exist_ok=True)
+                settings.write_text(json.dumps({"permissions": {"allow": update["rules"]}}))
 
 
 def wait_for(request_id: str) -> dict[str, Any] | None:
@@ -331,6 +369,21 @@ def slow() -> str:
     return "done: SLOW"
 
 
+def work(seconds: float) -> str:
+    """Work that long unless interrupted: `next` messages join the turn, `later` ones wait."""
+    for _ in range(int(seconds / 0.05)):
+        time.sleep(0.05)
+        with lock:
+            if agent.aborted:
+                break
+            taken = [text for text, priority in queue if priority == "next"]
+            queue[:] = [(text, priority) for text, priority in queue if priority != "next"]
+        for text in taken:
+            transcript.add({"role": "user", "content": text})
+            say(f"took into account: {text}")
+    return "done: work"
+
+
 def turn(text: str) -> None:
     """One turn: system/init, the work, one result."""
     emit(
@@ -377,6 +430,10 @@ def turn(text: str) -> None:
             reply = use_tools([("AskUserQuestion", {"questions": [ASKQ]})], withdraw_first=True)
         elif "SLOW" in text:
             reply = slow()
+        elif "WORK" in text:
+            reply = work(10)
+        elif "PAUSE" in text:
+            reply = work(1)
         elif "BADKEY" in text:
             reply = bad_key()
         elif "DENIED" in text:  # as claude without a permission prompt tool: it asks no one
@@ -474,7 +531,7 @@ def control(request_id: str, request: dict[str, Any]) -> None:
     with changed:
         if agent.busy:
             agent.aborted = True
-        if request.get("cancel_queued"):
+        if request.get("cancel_queued") and VERSION != "2.1.197":
             queue.clear()
         pending = list(asking)
     emit(

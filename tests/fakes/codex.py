@@ -3,10 +3,14 @@ JSON-RPC 2.0 lines without `"jsonrpc"`, notifications with `emittedAtMs`, server
 integer ids from 0.
 
 The prompt of a turn picks a scenario: `ASKQ` asks one question with options, `ASKMANY` asks two,
-`RUNCMD` asks to run a command, `EDIT` asks to apply a file change, `PERMS` asks for network
-access, `SLOW` works for 0.7 s (taking steers), `SPEND` makes five model calls 0.2 s apart (stopping
-when interrupted), `FAIL` fails the turn, `RETRY` retries twice
-before it succeeds. Anything else is answered at once. Every line received is echoed on stderr
+`ASKSECRET` asks for a token with `isSecret` (never echoing the answer: it says its sha256),
+`ELICIT <json>` is an MCP server asking the user (`mcpServer/elicitation/request`, with the JSON as
+its params), `RUNCMD` asks to run a command (offering `acceptForSession` with `SESSION` in the
+prompt; a command accepted so is not asked about again), `EDIT` asks to apply a file change,
+`PERMS` asks for network access, `SLOW` works for 0.7 s (taking steers), `SPEND` makes five model calls 0.2 s apart
+(stopping when interrupted), `FAIL` fails the turn,
+`RETRY` retries twice before it succeeds. Anything else is answered at once.
+Every line received is echoed on stderr
 (`fake-codex got …`), which the crew log keeps; so is its command line first (`fake-codex argv …`).
 
 Threads are kept as codex keeps them: a thread that is not `ephemeral` is a rollout file
@@ -21,6 +25,7 @@ turn names the earlier messages and the first prompt.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -115,7 +120,17 @@ turn_id: str | None = None  # the active turn
 interrupted = False
 steers: list[str] = []
 answers: dict[int, Json] = {}
+session_approved: set[str] = set()  # commands accepted for the session: not asked again
 request_ids = itertools.count()
+_peeked: list[int] = []
+secret_requests: set[int] = set()  # requests whose answers are secret: never echoed
+
+
+def next_request_id() -> int:
+    """The id the next server request will have."""
+    if not _peeked:
+        _peeked.append(next(request_ids))
+    return _peeked[0]
 
 
 def now() -> str:
@@ -144,7 +159,7 @@ def in_turn(method: str, **params: object) -> None:
 
 def ask(method: str, **params: object) -> Json:
     """A server request; waits for the client's answer (or an interrupt)."""
-    ident = next(request_ids)
+    ident = _peeked.pop() if _peeked else next(request_ids)
     send(
         {
             "method": method,
@@ -221,7 +236,24 @@ def run(text: str) -> None:
     if remembered:
         say(remembered)
     status, error = "completed", None
-    if "ASK" in text:  # ASKQ, ASKMANY
+    if text.startswith("ELICIT "):  # an MCP server asks: the rest of the prompt is the request
+        request = json.loads(text.removeprefix("ELICIT "))
+        elicited = ask("mcpServer/elicitation/request", serverName="fake-mcp", **request)
+        say(f"elicited: {json.dumps(elicited)}")
+    elif "ASKSECRET" in text:  # the answer is not echoed: it says only the answer's digest
+        asked = [question("token", "Token", "What is the deploy token?", None) | {"isSecret": True}]
+        with lock:
+            secret_requests.add(next_request_id())
+        answered = ask(
+            "item/tool/requestUserInput",
+            itemId="call_5",
+            questions=asked,
+            isBlocking=True,
+            autoResolutionMs=None,
+        )
+        token = answered.get("answers", {}).get("token", {}).get("answers", [""])[0]
+        say(f"got a token of sha256 {hashlib.sha256(token.encode()).hexdigest()}")
+    elif "ASK" in text:  # ASKQ, ASKMANY
         db = ["Postgres (Recommended)", "SQLite"]
         asked = [question("db", "Database", "Which database should we use?", db)]
         if "ASKMANY" in text:
@@ -237,18 +269,25 @@ def run(text: str) -> None:
     elif "RUNCMD" in text:
         command = "/bin/bash -lc 'touch created.txt'"
         item("commandExecution", "call_2", False, command=command, cwd=".", status="inProgress")
-        decision = ask(
-            "item/commandExecution/requestApproval",
-            kind="command",
-            itemId="call_2",
-            startedAtMs=0,
-            environmentId="local",
-            reason="it writes outside the sandbox",
-            command=command,
-            cwd=".",
-            availableDecisions=["accept", "cancel"],
-        ).get("decision")
-        ran = decision == "accept"
+        offered = ["accept", "acceptForSession", "cancel"] if "SESSION" in text else None
+        decision = (
+            "accept"
+            if command in session_approved
+            else ask(
+                "item/commandExecution/requestApproval",
+                kind="command",
+                itemId="call_2",
+                startedAtMs=0,
+                environmentId="local",
+                reason="it writes outside the sandbox",
+                command=command,
+                cwd=".",
+                availableDecisions=offered or ["accept", "cancel"],
+            ).get("decision")
+        )
+        if decision == "acceptForSession":  # codex asks no more about it in this session
+            session_approved.add(command)
+        ran = decision in {"accept", "acceptForSession"}
         item(
             "commandExecution",
             "call_2",
@@ -274,7 +313,7 @@ def run(text: str) -> None:
             startedAtMs=0,
             reason="it edits two files",
         ).get("decision")
-        applied = decision == "accept"
+        applied = decision in {"accept", "acceptForSession"}
         item(
             "fileChange",
             "call_3",
@@ -377,12 +416,15 @@ def main() -> None:
     log(f"fake-codex argv {json.dumps(sys.argv[1:])}")
     runner: threading.Thread | None = None
     for line in sys.stdin:
-        log(f"fake-codex got {line.strip()}")
         try:
             message = json.loads(line)
         except ValueError as exc:
+            log(f"fake-codex got {line.strip()}")
             log(f"ERROR Failed to deserialize JSONRPCMessage: {exc}")
             continue
+        secret = message.get("method") is None and message.get("id") in secret_requests
+        shown = json.dumps({"id": message["id"], "result": "(not echoed)"}) if secret else line
+        log(f"fake-codex got {shown.strip()}")
         method, ident, params = (
             message.get("method"),
             message.get("id"),
