@@ -82,7 +82,15 @@ def ask(question: str, options: list[str]) -> Tool:
     choices = [{"label": o, "description": f"use {o}"} for o in options]
     item = {"question": question, "header": "Question", "options": choices, "multiSelect": False}
     codex = {"id": "q1", "header": "Question", "question": question, "options": choices}
-    return Tool(("askuserquestion", "request_user_input"), {"questions": [item], "_codex": codex})
+    pi = {"kind": "select", "question": question, "options": options}
+    names = ("askuserquestion", "request_user_input", "ask_user")
+    return Tool(names, {"questions": [item], "_codex": codex, "_pi": pi})
+
+
+def dialog(kind: str, question: str) -> Tool:
+    """A question to the user through pi's extension UI (tests/fixtures/pi-ask.ts): `confirm`
+    (yes or no) or `input` (any text)."""
+    return Tool(("ask_user",), {"_pi": {"kind": kind, "question": question}})
 
 
 def error(status: int, message: str = "") -> Error:
@@ -310,6 +318,8 @@ def _arguments(name: str, step: Tool) -> dict[str, Any]:
     """The arguments as the named tool takes them."""
     if name == "request_user_input":
         return {"questions": [step.arguments["_codex"]]}
+    if name == "ask_user":
+        return dict(step.arguments["_pi"])
     keys = {"bash": ["command"], "Bash": ["command", "description"], "shell": ["command"]}
     args = {k: v for k, v in step.arguments.items() if not k.startswith("_")}
     if name == "shell":

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import SESSION, AgentClis
-from fake_model import Model, Request, ask, bash, error, text, usage
+from fake_model import Model, Request, ask, bash, dialog, error, text, usage
 from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
@@ -405,3 +405,33 @@ def test_a_task_at_its_token_limit_is_paused_mid_turn(
     code, task, context = finished(leader, store)
     assert task.status is TaskStatus.CANCELLED, context
     assert len(model.requests) == asked  # nothing more reached the model
+
+
+#: pi asks only through an extension: this one gives the model a tool that does.
+PI_ASKING = Cli("pi", "pi", (*PI.args, "-e", str(Path(__file__).parent / "fixtures" / "pi-ask.ts")))
+
+
+@pytest.mark.parametrize(
+    ("step", "answer", "kind", "told"),
+    [
+        pytest.param(ask("Which database?", DATABASES), "SQLite", ContactType.NEED_SELECTION,
+                     "SQLite", id="selection"),
+        pytest.param(dialog("confirm", "Drop the table?"), "no", ContactType.NEED_CONFIRMATION,
+                     "no", id="confirmation"),
+        pytest.param(dialog("input", "Name it"), "crewdb, my own", ContactType.NEED_INPUT,
+                     "crewdb, my own", id="free-text"),
+    ],
+)  # fmt: skip
+def test_pi_asks_through_an_extension_and_the_answer_reaches_the_model(
+    run: Any, model: Model, step: Any, answer: str, kind: ContactType, told: str
+) -> None:
+    model.script([step], [text("Using it.")])
+    leader, store = run(PI_ASKING).start()
+
+    (task,) = wait_for_run(store, Until.WAITING, timeout=60).tasks
+    assert task.contact is not None and task.contact.type is kind
+    verbs.respond(store, "t", answer, session=SESSION)
+
+    code, task, context = finished(leader, store)
+    assert code == 0 and task.status is TaskStatus.COMPLETED, context
+    assert said(model.scripted()[1], f"The user answered: {told}")
