@@ -7,6 +7,7 @@ other seventeen commands (their modules, signatures and option types). `--help` 
 from __future__ import annotations
 
 import importlib
+import gc
 import sys
 from typing import Any
 
@@ -83,7 +84,11 @@ def _command_of(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
-    sys.exit(run_app(build_app(_command_of(args)), args))
+    code = run_app(build_app(_command_of(args)), args)
+    # Nothing is left to collect: spare the interpreter's last walk over every object (about a
+    # sixth of a short command's time).
+    gc.freeze()
+    sys.exit(code)
 
 
 def __getattr__(name: str) -> Any:
