@@ -6,8 +6,8 @@ other seventeen commands (their modules, signatures and option types). `--help` 
 
 from __future__ import annotations
 
-import importlib
 import gc
+import importlib
 import sys
 from typing import Any
 
