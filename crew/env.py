@@ -120,3 +120,6 @@ VARIABLES: tuple[Variable, ...] = (
     PROTOCOL,
     WORKER_TOKEN,
 )
+
+#: The variables the leader sets for each worker: what makes a process one of a task's.
+FOR_WORKERS = frozenset(v.name for v in VARIABLES if Scope.LEADER in v.scopes)

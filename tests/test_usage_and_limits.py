@@ -268,7 +268,7 @@ def test_each_task_records_the_version_its_agent_cli_gives(tmp_path: Path, home:
     cli = tmp_path / "pi"  # what pi's npm package installs: a program that answers --version
     cli.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = --version ]; then echo >>{tmp_path}/asked; echo 1.6.0; echo more; exit; fi\n'
+        f'if [ "$1" = --version ]; then echo "$CREW_TASK_ID$CREW_WORKER_TOKEN" >>{tmp_path}/asked; echo 1.6.0; echo more; exit; fi\n'
         f'exec {sys.executable} {PI.script} "$@"\n'
     )
     cli.chmod(0o755)
@@ -289,7 +289,8 @@ def test_each_task_records_the_version_its_agent_cli_gives(tmp_path: Path, home:
     leader.finish()
     recorded = events(store, EventType.AGENT_VERSION)
     assert sorted(e.task_id or "" for e in recorded) == ["a", "b"]
-    assert (tmp_path / "asked").read_text() == "\n"  # asked once for both
+    # Asked once for both, and not as a worker: it carries none of a task's marks or secrets.
+    assert (tmp_path / "asked").read_text() == "\n"
     assert "--version" not in log(store)  # the worker itself never got it
 
 

@@ -56,7 +56,9 @@ class Versions:
             if len(self._waiting[agent]) > 1:
                 return None  # already asked
             self._known[agent] = None
-        quiet = {k: v for k, v in launch.env.items() if k != env.WORKER_TOKEN.name}  # no secret
+        # Not a worker: none of crew's variables (no secret, and no task's marks, which would
+        # make it one of the task's processes for `crew cancel` and the leader).
+        quiet = {k: v for k, v in launch.env.items() if k not in env.FOR_WORKERS}
         args = (agent, launch.argv[0], launch.cwd, quiet)
         threading.Thread(target=self._ask, args=args, name=f"version-{agent}", daemon=True).start()
         return None
