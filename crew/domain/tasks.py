@@ -275,44 +275,28 @@ def checkpoint(txn: Txn, task_id: str, state: Any) -> Checkpoint | None:
 
 def remember_session(txn: Txn, task_id: str, session_id: str) -> Task | None:
     """The agent named its own session: a later attempt resumes it (None if already known)."""
-    task = txn.task(task_id)
-    if task.session == session_id:
-        return None
-    return _update(
-        txn,
-        task,
-        EventType.AGENT_SESSION,
-        message=f"{task_id}'s agent session is {session_id}",
-        session=session_id,
-    )
+    said = f"{task_id}'s agent session is {session_id}"
+    return _remember(txn, task_id, EventType.AGENT_SESSION, said, session=session_id)
 
 
 def remember_version(txn: Txn, task_id: str, version: str) -> Task | None:
     """The version of the agent CLI that runs the task (None if it is the one already known)."""
-    task = txn.task(task_id)
-    if task.agent_version == version:
-        return None
-    return _update(
-        txn,
-        task,
-        EventType.AGENT_VERSION,
-        message=f"{task_id}'s agent is {version}",
-        agent_version=version,
-    )
+    said = f"{task_id}'s agent is {version}"
+    return _remember(txn, task_id, EventType.AGENT_VERSION, said, agent_version=version)
 
 
 def remember_result(txn: Txn, task_id: str, text: str) -> Task | None:
     """The agent's final answer of a turn (None if it is the one already known)."""
+    said = f"{task_id}'s agent answered: {short(text, 120)}"
+    return _remember(txn, task_id, EventType.AGENT_RESULT, said, result=text)
+
+
+def _remember(txn: Txn, task_id: str, event: EventType, message: str, **fields: Any) -> Task | None:
+    """What the agent said of itself, kept on the task (None when the task knew it already)."""
     task = txn.task(task_id)
-    if task.result == text:
+    if all(getattr(task, name) == value for name, value in fields.items()):
         return None
-    return _update(
-        txn,
-        task,
-        EventType.AGENT_RESULT,
-        message=f"{task_id}'s agent answered: {short(text, 120)}",
-        result=text,
-    )
+    return _update(txn, task, event, message=message, **fields)
 
 
 # ----------------------------------------------------------------------------- monitors
