@@ -262,7 +262,10 @@ def cancel(
         result.rejected = mailbox.rejected_in(txn)
         result.overridden = overridden
         result.run_status = txn.run.status
-    result.stopped = [stop_worker(pid, store.run_id, tid, grace=grace) for tid, pid in targets]
+    here = str(store.paths.root)
+    result.stopped = [
+        stop_worker(pid, store.run_id, tid, state_dir=here, grace=grace) for tid, pid in targets
+    ]
     return result
 
 

@@ -15,7 +15,7 @@ from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
 from crew.paths import Home
-from crew.procs import is_alive, tree
+from crew.procs import is_alive, is_worker, tree
 from crew.procs.cgroup import CgroupHome
 from crew.registry import TaskStatus
 
@@ -144,6 +144,27 @@ def test_a_process_not_proven_the_tasks_is_never_signalled() -> None:
         assert tree.signal_tree(tree.Owner("r1", "t", attempt=1), signal.SIGKILL) == {others[2].pid}
     finally:
         for process in others:
+            process.kill()
+            process.wait()
+
+
+def test_a_run_of_the_same_id_in_another_home_is_never_signalled(tmp_path: Path) -> None:
+    # Run ids are unique in a home only: two test leaders started runs of the same id in the
+    # same instant, and one's cleanup killed the other's agent (exit 143).
+    ours, theirs = tmp_path / "ours" / "runs" / "r1", tmp_path / "theirs" / "runs" / "r1"
+    ids = {"CREW_RUN_ID": "r1", "CREW_TASK_ID": "t", "CREW_ATTEMPT": "1"}
+    other = _sleep({**ids, "CREW_STATE_DIR": str(theirs)})
+    mine = _sleep({**ids, "CREW_STATE_DIR": str(ours)})
+    try:
+        eventually(lambda: _sleeper(other.pid) and _sleeper(mine.pid))
+        (tmp_path / "link").symlink_to(tmp_path / "ours")  # the same folder by another name
+        owner = tree.Owner("r1", "t", attempt=1, state_dir=str(tmp_path / "link" / "runs" / "r1"))
+        assert tree.signal_tree(owner, signal.SIGKILL) == {mine.pid}
+        assert other.poll() is None
+        assert not is_worker(other.pid, "r1", "t", 1, state_dir=str(ours))
+        assert is_worker(other.pid, "r1", "t", 1, state_dir=str(theirs))
+    finally:
+        for process in (other, mine):
             process.kill()
             process.wait()
 

@@ -419,7 +419,9 @@ def test_cancelling_an_ended_run_says_so_and_writes_nothing(make_run: MakeRun) -
 def _worker(store: RunStore, task: str, *, env: bool = True) -> subprocess.Popen[bytes]:
     environment = {**os.environ}
     if env:
-        environment.update(CREW_RUN_ID=store.run_id, CREW_TASK_ID=task)
+        environment.update(
+            CREW_RUN_ID=store.run_id, CREW_TASK_ID=task, CREW_STATE_DIR=str(store.paths.root)
+        )
     script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\ntime.sleep(60)\n"
     return subprocess.Popen([sys.executable, "-c", script], env=environment, start_new_session=True)
 
@@ -447,7 +449,12 @@ def test_cancel_kills_a_worker_that_ignores_sigterm(make_run: MakeRun) -> None:
     )
     worker = subprocess.Popen(
         [sys.executable, "-c", script],
-        env={**os.environ, "CREW_RUN_ID": store.run_id, "CREW_TASK_ID": "plan"},
+        env={
+            **os.environ,
+            "CREW_RUN_ID": store.run_id,
+            "CREW_TASK_ID": "plan",
+            "CREW_STATE_DIR": str(store.paths.root),
+        },
         stdout=subprocess.PIPE,
         start_new_session=True,
     )

@@ -311,8 +311,10 @@ def start_worker(
     if group is not None and not group.holds(process.pid) and not group.add(process.pid):
         group.remove()  # the kernel would not have it there: its tree is found through /proc
         group = None
-    run_id = launch.env[env.RUN_ID.name]
-    worker.owner = tree.Owner(run_id, task_id, attempt, root=process.pid, cgroup=group)
+    run_id, state_dir = launch.env[env.RUN_ID.name], launch.env[env.STATE_DIR.name]
+    worker.owner = tree.Owner(
+        run_id, task_id, attempt, root=process.pid, cgroup=group, state_dir=state_dir
+    )
     return worker
 
 

@@ -72,7 +72,7 @@ def claim(
         write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
         snapshot.remove_leftovers(*store.temp_folders())  # of the writers that are gone
     result.stopped = [
-        stop_worker(pid, store.run_id, task_id, attempt=attempt)
+        stop_worker(pid, store.run_id, task_id, attempt=attempt, state_dir=str(store.paths.root))
         for task_id, pid, attempt in orphans
     ]
     return result

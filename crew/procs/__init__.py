@@ -60,28 +60,45 @@ def worker_environ(pid: int) -> dict[str, str] | None:
     return variables
 
 
-def is_worker(pid: int, run_id: str, task_id: str, attempt: int | None = None) -> bool:
-    """Whether `pid` is (still) the worker of this run's task (and of that attempt, if given)."""
+def is_worker(
+    pid: int,
+    run_id: str,
+    task_id: str,
+    attempt: int | None = None,
+    *,
+    state_dir: str | None = None,
+) -> bool:
+    """Whether `pid` is (still) the worker of this run's task (and of that attempt, and of the
+    run kept in `state_dir`, if given: another home may hold a run of the same id)."""
     found = worker_environ(pid)
     if found is None or found.get(env.RUN_ID.name) != run_id:
         return False
     if found.get(env.TASK_ID.name) != task_id:
         return False
+    if state_dir is not None and not tree.same_folder(found.get(env.STATE_DIR.name), state_dir):
+        return False
     return attempt is None or found.get(env.ATTEMPT.name) == str(attempt)
 
 
 def stop_worker(
-    pid: int, run_id: str, task_id: str, *, attempt: int | None = None, grace: float = DEFAULT_GRACE
+    pid: int,
+    run_id: str,
+    task_id: str,
+    *,
+    attempt: int | None = None,
+    state_dir: str | None = None,
+    grace: float = DEFAULT_GRACE,
 ) -> Stopped:
     """SIGTERM the worker's process group and every other process of its tree (crew.procs.tree:
     what it started, even in a session of its own), wait up to `grace` seconds for them to exit,
     then SIGKILL what is left. The outcome is the worker's own."""
     try:
-        ours = is_worker(pid, run_id, task_id, attempt)
+        ours = is_worker(pid, run_id, task_id, attempt, state_dir=state_dir)
     except PermissionError:
         return Stopped(task_id, pid, Stop.DENIED)
     group = cgroup.crew_cgroup_of(pid, f"{run_id}-{task_id}-") if ours else None
-    owner = tree.Owner(run_id, task_id, attempt, root=pid if ours else None, cgroup=group)
+    root = pid if ours else None
+    owner = tree.Owner(run_id, task_id, attempt, root=root, cgroup=group, state_dir=state_dir)
     waiter = _ExitWaiter(pid) if ours else None
     try:
         signalled = ours and signal_group(pid, signal.SIGTERM)
@@ -95,7 +112,7 @@ def stop_worker(
         deadline = time.monotonic() + grace
         exited = waiter.wait(grace)
         _wait_tree(owner, deadline - time.monotonic())
-        if is_worker(pid, run_id, task_id, attempt):
+        if is_worker(pid, run_id, task_id, attempt, state_dir=state_dir):
             signal_group(pid, signal.SIGKILL)
         if group is not None:
             group.kill()

@@ -8,8 +8,9 @@ be that task's:
   descendant in it, and membership is the proof;
 - the processes descended from the worker by parent pid, while the worker (or the parent) lives;
 - every process whose `/proc/<pid>/environ` carries the run's CREW_RUN_ID and the task's
-  CREW_TASK_ID (and CREW_ATTEMPT, when one is given): a child inherits them, so a daemon that was
-  reparented to init is still found.
+  CREW_TASK_ID (and CREW_ATTEMPT, when one is given, and the run's CREW_STATE_DIR, since another
+  home may hold a run of the same id): a child inherits them, so a daemon that was reparented to
+  init is still found.
 
 A process is opened as a pidfd before it is checked, and the signal goes through that pidfd, so a
 pid the kernel reuses between the check and the signal is never touched. Only a descendant that
@@ -41,15 +42,29 @@ class Owner:
     attempt: int | None = None
     root: int | None = None
     cgroup: Cgroup | None = None
+    #: The run's state folder: run ids are unique in a home only, so two homes on one machine
+    #: can hold runs of the same id (and task ids); the folder tells their workers apart.
+    state_dir: str | None = None
 
     def marks(self, environ: dict[bytes, bytes]) -> bool:
-        """Whether an environment carries this task's ids."""
+        """Whether an environment carries this task's ids (and its run's state folder)."""
         if environ.get(env.RUN_ID.name.encode()) != self.run_id.encode():
             return False
         if environ.get(env.TASK_ID.name.encode()) != self.task_id.encode():
             return False
         wanted = str(self.attempt).encode() if self.attempt is not None else None
-        return wanted is None or environ.get(env.ATTEMPT.name.encode()) == wanted
+        if wanted is not None and environ.get(env.ATTEMPT.name.encode()) != wanted:
+            return False
+        found = environ.get(env.STATE_DIR.name.encode())
+        return self.state_dir is None or same_folder(found, self.state_dir)
+
+
+def same_folder(found: bytes | str | None, expected: str) -> bool:
+    """Whether a worker's CREW_STATE_DIR names the folder `expected` (through links too)."""
+    if found is None:
+        return False
+    text = os.fsdecode(found)
+    return text == expected or os.path.realpath(text) == os.path.realpath(expected)
 
 
 @dataclass
