@@ -61,7 +61,7 @@ agents: $(AGENTS)/.installed
 
 # The adapters against the real CLIs, each talking to a scripted fake model server (no keys).
 test-agents: agents
-	$(BIN)/pytest -m agents
+	$(BIN)/pytest -m agents -n auto
 
 docs: install
 	$(BIN)/python -m crew.docgen
