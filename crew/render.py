@@ -291,7 +291,10 @@ def _spent(usage: Usage | None) -> str:
         return "-"
     tokens = usage.tokens
     shown = f"{tokens / 1000:.1f}k tok" if tokens >= 1000 else f"{tokens} tok"
-    return shown + (f" ${usage.cost_usd:.2f}" if usage.cost_usd is not None else "")
+    cost = usage.cost_usd
+    if cost is None:
+        return shown
+    return f"{shown} ${cost:.2f}" if cost >= 0.01 or cost == 0 else f"{shown} ${cost:.4f}"
 
 
 def _note(task: Task) -> str:

@@ -147,6 +147,9 @@ def test_status_shows_what_each_task_and_the_run_spent(
     assert event.data is not None and event.data["turn"] == expected
     shown: CliResult = cli("status", store.run_id)
     assert "SPENT" in shown.out and "Spent in all: 1,050 tokens" in shown.out
+    if "costUsd" in expected:  # a cost under a cent is not shown as $0.00
+        cost = {0.00213: "$0.0021", 0.01: "$0.01"}[expected["costUsd"]]
+        assert f"1.1k tok {cost}" in shown.out
 
 
 def test_the_runs_total_adds_up_every_task(tmp_path: Path, home: Home, cli: Any) -> None:

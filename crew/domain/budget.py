@@ -52,7 +52,7 @@ class _Limit:
 _LIMITS = {
     limit.key: limit
     for limit in (
-        _Limit("maxTurns", "max_turns", lambda n: f"{int(n):,} model turns"),
+        _Limit("maxTurns", "max_turns", lambda n: f"{int(n):,} model turn{'s' * (n != 1)}"),
         _Limit("maxTokens", "max_tokens", lambda n: f"{int(n):,} tokens"),
         _Limit("maxCostUsd", "max_cost_usd", _dollars),
     )
