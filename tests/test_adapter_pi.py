@@ -338,3 +338,19 @@ def test_a_line_of_stdout_and_one_of_stderr_reach_the_log_whole(tmp_path: Path, 
     leader.finish()
 
     assert sorted(log(store).splitlines()) == ["a line on stderr", '{"type": "agent_start"}']
+
+
+def test_messages_pi_had_queued_are_handed_back_when_an_interrupt_clears_its_queue() -> None:
+    adapter = pi()
+    adapter.start(task())
+    adapter.on_line(line(type="agent_start"))
+    waiting, taken = message(MessageKind.FOLLOW_UP, "later"), message(MessageKind.STEER, "now")
+    for each in (waiting, taken):
+        adapter.deliver(each)
+
+    clear = json.loads(adapter.interrupt().write.splitlines()[0])
+    assert clear["type"] == "clear_queue"
+    cleared = {"steering": [], "followUp": ["later"]}  # pi had taken the steer already
+    response = line(id=clear["id"], type="response", command="clear_queue", success=True,
+                    data=cleared)  # fmt: skip
+    assert adapter.on_line(response).returned == [waiting]

@@ -314,10 +314,13 @@ def test_an_idle_claude_told_no_at_its_limit_gets_no_more_work(tmp_path: Path, h
     assert "second job" not in log(store) and "a steer" not in log(store)
 
 
-def test_work_an_adapter_held_when_its_turn_was_stopped_at_a_limit_is_given_after_a_yes(
-    tmp_path: Path, home: Home
+@pytest.mark.parametrize("agent", [PI, CODEX], ids=["pi", "codex"])
+def test_work_an_agent_held_when_its_turn_was_stopped_at_a_limit_is_given_after_a_yes(
+    tmp_path: Path, home: Home, agent: FakeAgent
 ) -> None:
-    leader, store = CODEX.start(tmp_path, home, "SPEND", maxTurns=3)
+    # codex's adapter holds a follow-up for after the turn; pi keeps it in its own queue, and
+    # gives it back when crew clears the queue: either way it is crew's again, not lost.
+    leader, store = agent.start(tmp_path, home, "SPEND", maxTurns=3)
     sent = verbs.follow_up(store, "t", "second job", session=SESSION)
 
     paused(store)

@@ -91,6 +91,8 @@ class PiAdapter:
     _refused: list[tuple[str, str]] = field(default_factory=list)
     #: The session file the leader knows (from an earlier attempt, or reported by this one).
     _session: str | None = None
+    #: Messages sent while a run was under way: in pi's own queue until pi takes them.
+    _queued: list[MailboxMessage] = field(default_factory=list)
 
     # ------------------------------------------------------------------ to pi
 
@@ -107,6 +109,8 @@ class PiAdapter:
     def deliver(self, message: MailboxMessage) -> Reaction:
         if message.kind is MessageKind.RESPOND and self._dialogs:
             return self._answer(message.body)
+        if self.busy:  # it waits in pi's queue until pi takes it: `clear_queue` gives it back
+            self._queued.append(message)
         if message.kind is MessageKind.STEER:
             return Reaction(write=self._prompt(message.body, "steer"))
         return Reaction(write=self._prompt(message.body, "followUp"))  # followUp, nudge, prose
@@ -164,6 +168,7 @@ class PiAdapter:
             self._error = str(event.get("finalError") or "retries failed")
         elif kind == "agent_settled":
             self.busy = self._running = False
+            self._queued.clear()  # pi's queue is empty once it settles
             error, self._error = self._error, None
             if event.get("aborted"):
                 error = error or "aborted"
@@ -180,6 +185,19 @@ class PiAdapter:
         elif kind == "extension_error":
             return Reaction(signals=[AgentError(f"pi extension error: {event.get('error')}")])
         return Reaction()
+
+    def _cleared(self, data: Any) -> list[MailboxMessage]:
+        """The messages whose text pi's `clear_queue` took out of its queue: never seen by the
+        model, they are crew's again."""
+        cleared = data if isinstance(data, dict) else {}
+        texts = [t for key in ("steering", "followUp") for t in cleared.get(key) or []]
+        returned = []
+        for message in list(self._queued):
+            if message.body in texts:
+                texts.remove(message.body)
+                self._queued.remove(message)
+                returned.append(message)
+        return returned
 
     def _message_end(self, message: dict[str, Any]) -> Reaction:
         """A message is complete: an assistant's is a model turn, with its answer (or error)
@@ -215,6 +233,8 @@ class PiAdapter:
         if event.get("success") is not False:
             if event.get("command") == "get_state":
                 return self._state(event.get("data"))
+            if event.get("command") == "clear_queue":
+                return Reaction(returned=self._cleared(event.get("data")))
             if event.get("command") == "prompt":
                 return self._accepted(event)
             return Reaction()

@@ -1,25 +1,22 @@
-"""The leader's side of a task's limits (crew/domain/budget.py has the rules): an agent that
-reached one mid-turn is stopped, and an idle one is given no more work, until crew's question
-about it is answered."""
+"""The leader's side of a task's limits (crew/domain/budget.py has the rules): an idle agent
+over one is given no more work until crew's question about it is answered, and what an agent
+stopped at one had held for later is crew's again."""
 
 from __future__ import annotations
 
 from crew.domain import budget, mailbox
-from crew.leader.processes import Workers
 from crew.leader.view import RunView
-from crew.leader.worker_process import WorkerProcess
-from crew.models import SupervisorContact, Task
+from crew.models import MailboxMessage, SupervisorContact, Task
+from crew.registry import LIVE_TASK_STATUSES
 
 
-def stop_turn(workers: Workers, view: RunView, worker: WorkerProcess) -> None:
-    """Interrupt the agent's turn (its task reached a limit): crew asks once the turn is over.
-    What its adapter held for after the turn is pending again in crew, for after the answer."""
-    worker.agent.interrupting = True
-    stop = worker.adapter.interrupt()
-    workers.write(worker, stop.write)
-    if stop.returned:
+def carry_back(view: RunView, messages: list[MailboxMessage]) -> None:
+    """Messages an agent held and gave back unread when its turn was stopped: pending again in
+    crew, for after the answer (not for a task that has ended: what it was sent ends with it)."""
+    live = [m for m in messages if view.state.task(m.task_id).status in LIVE_TASK_STATUSES]
+    if live:
         with view.change() as txn:
-            mailbox.carry_back(txn, stop.returned)
+            mailbox.carry_back(txn, live)
 
 
 def pause_if_reached(view: RunView, task: Task) -> SupervisorContact | None:

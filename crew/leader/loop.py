@@ -274,6 +274,8 @@ class Leader:
         if reaction.write:
             self.workers.write(worker, reaction.write)
         self.guard.record(worker, partial(self._record_signals, worker, reaction.signals))
+        if reaction.returned:  # what an adapter held gave back when its turn was stopped
+            self.guard.record(worker, partial(limits.carry_back, self.view, reaction.returned))
 
     def _record_signals(
         self, worker: WorkerProcess, said: list[Signal], final: bool = False
@@ -291,7 +293,8 @@ class Leader:
             )
         worker.agent = agent
         if agent.to_interrupt:  # a limit reached mid-turn: the agent stops, crew asks
-            limits.stop_turn(self.workers, self.view, worker)
+            agent.interrupting = True
+            self._heard(worker, worker.adapter.interrupt())
         return [partial(self._auto_respond, question) for question in asked]
 
     def _auto_respond(self, question: SupervisorContact) -> None:

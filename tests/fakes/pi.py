@@ -28,6 +28,7 @@ from pathlib import Path
 
 lock = threading.Lock()
 queue: list[str] = []
+behaviours: dict[str, str] = {}  # how each queued text was sent: steer or followUp
 busy = False
 aborted = False
 #: Speak as pi 0.74 does (FAKE_PI_OLD=1): what npm installs under Node 20.
@@ -371,6 +372,7 @@ def main() -> None:
                     continue
                 if busy:
                     queue.append(text)
+                    behaviours[text] = command["streamingBehavior"]
                     emit(
                         {
                             "id": ident,
@@ -418,8 +420,12 @@ def main() -> None:
             with dialog_waiting:
                 dialog_answers[command["id"]] = command
                 dialog_waiting.notify_all()
-        elif kind == "clear_queue":
+        elif kind == "clear_queue":  # what it removed, by kind, as pi answers
             with lock:
+                cleared = {"steering": [], "followUp": []}
+                for text in queue:
+                    kind_of = "steering" if behaviours.get(text) == "steer" else "followUp"
+                    cleared[kind_of].append(text)
                 queue.clear()
             emit(
                 {
@@ -427,7 +433,7 @@ def main() -> None:
                     "type": "response",
                     "command": "clear_queue",
                     "success": True,
-                    "data": {"steering": [], "followUp": []},
+                    "data": cleared,
                 }
             )
         elif kind == "abort":
