@@ -598,13 +598,3 @@ def test_a_question_with_options_accepts_an_answer_of_ones_own(tmp_path: Path, h
     assert leader.finish() == 0
     (answer,) = answers(store)
     assert answer["updatedInput"]["answers"] == {DATABASE: "DuckDB"}
-
-
-def test_the_agents_final_answer_is_the_tasks_result(tmp_path: Path, home: Home) -> None:
-    leader, store = start(tmp_path, home, "hello")
-
-    assert leader.finish() == 0
-    task = store.state().tasks["t"]
-    assert task.status is TaskStatus.COMPLETED and task.result == "done: hello"
-    (event,) = [e for e in store.events().records if e.type == "agent.result"]
-    assert event.message == "t's agent answered: done: hello"

@@ -738,16 +738,6 @@ def test_a_question_that_takes_other_answers_accepts_one_of_your_own(
     assert answer(store)["result"] == {"answers": {"db": {"answers": ["DuckDB, embedded"]}}}
 
 
-def test_the_agents_final_answer_is_the_tasks_result(tmp_path: Path, home: Home) -> None:
-    leader, store = start(tmp_path, home, "hello")
-
-    assert leader.finish() == 0
-    task = store.state().tasks["t"]
-    assert task.status is TaskStatus.COMPLETED and task.result == "done: hello"
-    (event,) = [e for e in store.events().records if e.type == "agent.result"]
-    assert event.message == "t's agent answered: done: hello"
-
-
 def test_an_interrupt_hands_back_the_follow_ups_held_for_after_the_turn() -> None:
     codex, turn = adapter()
     held = message(MessageKind.FOLLOW_UP, "more")

@@ -313,16 +313,6 @@ def test_a_pi_older_than_1_0_is_refused_at_once_naming_what_is_needed(
     assert "crew needs pi 1.x, which needs Node 22.19 or later" in error
 
 
-def test_the_agents_final_answer_is_the_tasks_result(tmp_path: Path, home: Home) -> None:
-    leader, store = start(tmp_path, home, "hello")
-
-    assert leader.finish() == 0
-    task = store.state().tasks["t"]
-    assert task.status is TaskStatus.COMPLETED and task.result == "done: hello"
-    (event,) = [e for e in store.events().records if e.type == "agent.result"]
-    assert event.message == "t's agent answered: done: hello"
-
-
 #: An agent that writes half a line to stdout, a line to stderr, then the rest of the first.
 HALVES = (
     "printf '{\"type\": \"agent_'; sleep 0.3; echo 'a line on stderr' >&2; sleep 0.3; "

@@ -133,11 +133,15 @@ def events(store: RunStore, kind: EventType) -> list[Event]:
     ],
     ids=["pi", "codex", "claude"],
 )  # fmt: skip
-def test_status_shows_what_each_task_and_the_run_spent(
+def test_status_shows_what_each_task_answered_and_spent(
     tmp_path: Path, home: Home, cli: Any, agent: FakeAgent, prompt: str, expected: dict[str, Any]
 ) -> None:
     leader, store = agent.start(tmp_path, home, prompt)
     assert leader.finish() == 0
+    task = store.state().tasks["t"]  # the agent's final answer is the task's result
+    assert task.status is TaskStatus.COMPLETED and task.result == f"done: {prompt}"
+    (answered,) = events(store, EventType.AGENT_RESULT)
+    assert answered.message == f"t's agent answered: done: {prompt}"
 
     status = cli("status", store.run_id, "--json")
     document = json.loads(status.out)
