@@ -272,10 +272,12 @@ def test_an_autorespond_rule_answers_the_limit_question_unattended(
 
 
 def test_each_task_records_the_version_its_agent_cli_gives(tmp_path: Path, home: Home) -> None:
-    cli = tmp_path / "pi"  # what pi's npm package installs: a program that answers --version
+    # What pi's npm package installs: a program that answers --version (slowly, as a Node CLI
+    # starts: both tasks start while it is asked).
+    cli = tmp_path / "pi"
     cli.write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = --version ]; then echo "$CREW_TASK_ID$CREW_WORKER_TOKEN" >>{tmp_path}/asked; echo 1.6.0; echo more; exit; fi\n'
+        f'if [ "$1" = --version ]; then echo "$CREW_TASK_ID$CREW_WORKER_TOKEN" >>{tmp_path}/asked; sleep 1; echo 1.6.0; echo more; exit; fi\n'
         f'exec {sys.executable} {PI.script} "$@"\n'
     )
     cli.chmod(0o755)

@@ -35,10 +35,11 @@ class Versions:
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
         self._lock = threading.Lock()
-        #: By agent name: its version, or None while it is asked (or could not be told).
-        self._known: dict[str, str | None] = {}
-        #: By agent name: the tasks started while its version was asked for.
-        self._waiting: dict[str, list[str]] = {}
+        #: By agent name: its version, once found.
+        self._known: dict[str, str] = {}
+        #: By agent name, once asked: the tasks started while it was asked (None once answered,
+        #: or when it could not be told).
+        self._waiting: dict[str, list[str] | None] = {}
         #: Agents whose version was found and is not yet recorded on those tasks.
         self._found: list[str] = []
 
@@ -52,10 +53,12 @@ class Versions:
         with self._lock:
             if agent in self._known:
                 return self._known[agent]
-            self._waiting.setdefault(agent, []).append(task.id)
-            if len(self._waiting[agent]) > 1:
-                return None  # already asked
-            self._known[agent] = None
+            if agent in self._waiting:  # already asked
+                waiting = self._waiting[agent]
+                if waiting is not None:
+                    waiting.append(task.id)
+                return None
+            self._waiting[agent] = [task.id]
         # Not a worker: none of crew's variables (no secret, and no task's marks, which would
         # make it one of the task's processes for `crew cancel` and the leader).
         quiet = {k: v for k, v in launch.env.items() if k not in env.FOR_WORKERS}
@@ -66,34 +69,41 @@ class Versions:
     def record(self, view: RunView) -> None:
         """Record the versions found since the last call on the tasks started meanwhile."""
         with self._lock:
-            found = [(self._known[a], self._waiting.pop(a, [])) for a in self._found]
+            found = [(self._known[a], self._waiting[a] or []) for a in self._found]
+            self._waiting.update(dict.fromkeys(self._found))
             self._found.clear()
         if not found:
             return
         with view.change() as txn:
             for version, started in found:
-                assert version is not None
                 for task_id in started:
                     tasks.remember_version(txn, task_id, version)
 
     def _ask(self, agent: str, program: str, cwd: Path, variables: dict[str, str]) -> None:
-        try:
-            done = subprocess.run(
-                [program, "--version"],
-                cwd=cwd,
-                env=variables,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=PATIENCE,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return
-        said = done.stdout.decode("utf-8", errors="replace") if done.returncode == 0 else ""
-        version = first_line(said, MAX_VERSION)
-        if not version:
-            return
+        version = _version_of(program, cwd, variables)
         with self._lock:
+            if version is None:
+                self._waiting[agent] = None  # unknown: no task waits for it any longer
+                return
             self._known[agent] = version
             self._found.append(agent)
         self._wake()
+
+
+def _version_of(program: str, cwd: Path, variables: dict[str, str]) -> str | None:
+    """The first line `program --version` prints (None if it fails or says nothing)."""
+    try:
+        done = subprocess.run(
+            [program, "--version"],
+            cwd=cwd,
+            env=variables,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PATIENCE,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return first_line(done.stdout.decode("utf-8", errors="replace"), MAX_VERSION) or None
