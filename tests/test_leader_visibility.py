@@ -173,3 +173,21 @@ def test_an_os_error_is_one_sentence_naming_the_file(tmp_path: Path, home: Home)
     assert shown.returncode == 1
     assert shown.stderr.splitlines()[0] == f"crew: error: Is a directory: {store.paths.log('t')}."
     assert "internal error" not in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_a_leader_whose_output_reader_went_away_leads_on_unseen(tmp_path: Path, home: Home) -> None:
+    go = tmp_path / "go"
+    write_crew(tmp_path, [{"id": "t", "prompt": f"until:{go} ; say:working ; say:done"}])
+    leader = subprocess.Popen(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--no-input"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert leader.stdout is not None and leader.stdout.readline()  # it is printing
+    leader.stdout.close()  # `crew run … | head -1`
+    go.touch()
+
+    assert leader.wait(timeout=60) == 0
+    (run_id,) = [p.name for p in (home.root / "state" / "runs").iterdir()]
+    store = store_of(home, run_id)
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    assert not [e for e in store.events().records if e.type is EventType.LEADER_CRASHED]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,8 @@ from crew.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from crew.leader import LeadOptions
     from crew.session import Actor
     from crew.store.runstore import RunStore
@@ -125,11 +127,28 @@ def _lead(
 
         code = lead_with_view(store, session, options)
     else:
-        show = partial(render_streams.show_events, json=json, progress=True)
+        show = _while_read(partial(render_streams.show_events, json=json, progress=True))
         # Announced once this process leads the run: a refused resume says nothing else.
-        ready = partial(render.starting, store.run_id, resumed=options.resume, json=json)
+        ready = _while_read(
+            partial(render.starting, store.run_id, resumed=options.resume, json=json)
+        )
         code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
     return render.emit(outcome(store, code), json=json)
+
+
+def _while_read(show: Callable[..., None]) -> Callable[..., None]:
+    """`show`, until the reader of stdout goes away (`crew run … | head`): then the leader goes
+    on leading, unseen — its output is a view of the run, not the run."""
+
+    def shown(*args: Any) -> None:
+        from crew import render
+
+        try:
+            show(*args)
+        except BrokenPipeError:
+            render.silence_stdout()
+
+    return shown
 
 
 def wait(
