@@ -6,7 +6,8 @@ lazily so that `import crew` stays cheap for the command line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+#: True for type checkers only: `typing` itself costs a fast command a few milliseconds.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -84,6 +85,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from crew.config import CrewConfig, load_config
     from crew.domain.runs import create_run
     from crew.errors import (

@@ -1,3 +1,3 @@
-from crew.cli import main
+from crew.fast import main
 
 main()

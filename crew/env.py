@@ -70,6 +70,12 @@ FORCE_POLLING = Variable(
     "`1` watches files by polling their status, for filesystems without file events",
 )
 DEBUG = Variable("CREW_DEBUG", frozenset({Scope.USER}), "`1` prints tracebacks")
+FAST = Variable(
+    "CREW_FAST",
+    frozenset({Scope.USER}),
+    "`0` turns off the fast path of `status --json`, `steer`, `follow-up` and `nudge` (the same "
+    "command without typer and pydantic; see docs/performance.md)",
+)
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
     frozenset({Scope.USER}),
@@ -110,6 +116,7 @@ VARIABLES: tuple[Variable, ...] = (
     LOCK_TIMEOUT,
     FORCE_POLLING,
     DEBUG,
+    FAST,
     SECRETS_DIR,
     FAULT,
     RUN_ID,

@@ -44,6 +44,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.render_streams",
         "crew.dashboard",
         "crew.cli",
+        "crew.fast",
         "crew.docgen",
         "crew.__main__",
     ),

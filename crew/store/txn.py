@@ -159,12 +159,17 @@ class Txn:
                 self.store.write_checkpoint(checkpoint)
             self.store.write_applied(self._last_seq)
         except (StoreError, OSError) as error:
-            text = error.message if isinstance(error, StoreError) else str(from_os_error(error))
-            raise StoreError(
-                f"The change was recorded in events.jsonl, but {text[0].lower()}"
-                f"{text[1:].removesuffix(' Nothing was recorded.')} The next command "
-                "that changes the run completes it.",
-                hint="Free some disk space, then run `crew doctor --repair` or any command.",
-                errno=error.errno,
-                committed=True,
-            ) from None
+            raise committed_error(error) from None
+
+
+def committed_error(error: StoreError | OSError) -> StoreError:
+    """What to say when a transaction's events were written but a file after them was not."""
+    text = error.message if isinstance(error, StoreError) else str(from_os_error(error))
+    return StoreError(
+        f"The change was recorded in events.jsonl, but {text[0].lower()}"
+        f"{text[1:].removesuffix(' Nothing was recorded.')} The next command "
+        "that changes the run completes it.",
+        hint="Free some disk space, then run `crew doctor --repair` or any command.",
+        errno=error.errno,
+        committed=True,
+    )

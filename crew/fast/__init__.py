@@ -1,0 +1,88 @@
+"""The `crew` command's entry point, and a fast path for the commands people and scripts type
+most: `status --json`, `steer`, `follow-up`, `nudge` and `wait`.
+
+A full command pays for importing typer and pydantic, and for building crew's models, before it
+reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
+case of these commands with the standard library alone — the same checks, the same records,
+the same output, byte for byte — and hands everything else to the full command before it has
+written anything: a refusal to explain, a warning to give, recovery to run, an option it does
+not take. So an error is always the full command's, worded once.
+
+`CREW_FAST=0` turns the fast path off. tests/test_fast.py runs each case both ways and compares
+what they print and write.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+
+from crew.fast import runfiles
+from crew.fast.cmdline import Fallback, parse
+
+#: A CREW_LOCK_TIMEOUT crew/clock.py `parse_duration` surely takes; any other is checked by the
+#: full command.
+_PLAIN_DURATION = re.compile(r"\d{1,6}(\.\d{1,6})?(ms|s|m)?")
+#: Values of CREW_FAST that turn the fast path off (crew/env.py's switch values).
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    args = sys.argv[1:] if argv is None else argv
+    code = fast(args)
+    if code is None:
+        from crew.cli import main as full
+
+        full(args)  # exits
+    sys.stdout.flush()
+    gc.freeze()  # nothing is left to collect: spare the interpreter's last walk over every object
+    sys.exit(code)
+
+
+def fast(argv: list[str]) -> int | None:
+    """Run the command on the fast path; None if the full command must run it (nothing was
+    written then)."""
+    if os.environ.get("CREW_FAST", "1").strip().lower() in _OFF or sys.platform != "linux":
+        return None
+    if os.environ.get("CREW_FAULT") or os.environ.get("CREW_DEBUG", "").strip().lower() not in _OFF:
+        return None  # injected faults and tracebacks are the full command's
+    timeout = os.environ.get("CREW_LOCK_TIMEOUT")
+    if timeout is not None and not _PLAIN_DURATION.fullmatch(timeout):
+        return None  # the full command checks it (the fast path never waits for the lock)
+    try:
+        call = parse(argv)
+        if call.command == "status":
+            from crew.fast.status import status
+
+            return status(call)
+        if call.command == "wait":
+            from crew.fast.waiting import wait
+
+            return wait(call)
+        from crew.fast.sending import send
+
+        return send(call)
+    except Fallback:
+        return None
+    except (LookupError, TypeError, ValueError, AttributeError):
+        if runfiles.wrote:
+            raise
+        return None  # a file of an unexpected shape: the full command reads it, and says why
+    except BrokenPipeError:  # the reader went away (`crew status --json | head -1`)
+        from crew.render import silence_stdout
+
+        silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("crew: interrupted\n")
+        return 130
+    except Exception as error:  # a write that failed after its commit point: say so
+        from crew.errors import CrewError
+        from crew.render import error as report
+
+        if not isinstance(error, CrewError):
+            raise
+        return report(error)

@@ -1,0 +1,115 @@
+"""The command lines the fast path takes, and every option it leaves to the full command.
+
+Each hot command's arguments and options are those of its typer command (crew/cli); a test
+(tests/test_fast.py) enumerates the typer command's parameters and fails on any this table does
+not account for, so the two definitions cannot drift apart. Anything outside the table — an
+unknown option, `--opt=value`, `--`, a body read from stdin, a missing or extra argument — is
+the full command's to parse and, if it is wrong, to explain.
+"""
+
+from __future__ import annotations
+
+
+class Fallback(Exception):
+    """Something the fast path does not do: the full command does it (and explains any error).
+    Raised only before anything is written."""
+
+
+class Spec:
+    """One command as the fast path reads it."""
+
+    __slots__ = ("arguments", "flags", "optional", "slow", "values")
+
+    def __init__(
+        self,
+        arguments: tuple[str, ...],
+        *,
+        optional: tuple[str, ...] = (),
+        flags: frozenset[str] = frozenset(),
+        values: frozenset[str] = frozenset(),
+        slow: frozenset[str] = frozenset(),
+    ) -> None:
+        #: Positional arguments, in order; then `optional` ones.
+        self.arguments = arguments
+        self.optional = optional
+        #: Options the fast path takes: flags, and options with a value.
+        self.flags = flags
+        self.values = values
+        #: Options of the command that always go to the full command.
+        self.slow = slow
+
+
+_SEND_SLOW = frozenset({"--idempotency-key", "--wait", "--wait-ack", "--timeout", "--force"})
+_SEND_FLAGS = frozenset({"--json"})
+_SEND_VALUES = frozenset({"--home", "--session"})
+
+SPECS: dict[str, Spec] = {
+    "status": Spec(
+        (), optional=("run",), flags=frozenset({"--json"}), values=frozenset({"--home"})
+    ),
+    "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
+    "follow-up": Spec(
+        ("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW
+    ),
+    "nudge": Spec(
+        ("run", "task"),
+        optional=("body",),
+        flags=_SEND_FLAGS,
+        values=_SEND_VALUES,
+        slow=_SEND_SLOW,
+    ),
+    "respond": Spec(
+        ("run", "task", "body"),
+        flags=_SEND_FLAGS,
+        values=_SEND_VALUES,
+        slow=_SEND_SLOW | {"--contact"},
+    ),
+    "wait": Spec(
+        ("run",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home", "--for", "--task"}),
+        slow=frozenset({"--timeout"}),
+    ),
+}
+#: Options every command has, which the fast path leaves to the full command.
+HELP_OPTIONS = frozenset({"-h", "--help"})
+
+
+class Call:
+    """A parsed command line: the command, its arguments by name, and its options."""
+
+    __slots__ = ("arguments", "command", "options")
+
+    def __init__(self, command: str, arguments: dict[str, str], options: dict[str, str]) -> None:
+        self.command = command
+        self.arguments = arguments
+        #: Flags given map to "", options with a value to it.
+        self.options = options
+
+
+def parse(argv: list[str]) -> Call:
+    """The call `argv` makes, if the fast path takes it (Fallback otherwise)."""
+    if not argv or argv[0] not in SPECS:
+        raise Fallback
+    command, words = argv[0], argv[1:]
+    spec = SPECS[command]
+    positional: list[str] = []
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if word.startswith("-") and word != "-":
+            if word in spec.flags and word not in options:
+                options[word] = ""
+            elif word in spec.values and word not in options and index < len(words):
+                options[word] = words[index]
+                index += 1
+            else:
+                raise Fallback
+        else:
+            positional.append(word)
+    names = spec.arguments + spec.optional
+    if not len(spec.arguments) <= len(positional) <= len(names) or "-" in positional[1:]:
+        raise Fallback  # a missing or extra argument, or a body on stdin
+    return Call(command, dict(zip(names, positional, strict=False)), options)

@@ -1,0 +1,27 @@
+"""What a fast command prints, exactly as crew/render.py prints it."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+#: crew/text.py: characters a terminal might obey, escaped in JSON output.
+RAW_IN_JSON_PATTERN = r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+_RAW_IN_JSON_RE = re.compile(RAW_IN_JSON_PATTERN)
+
+
+def print_json(data: Any) -> None:
+    """crew/render.py `print_json`: one indented JSON document."""
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    sys.stdout.write(_RAW_IN_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+
+
+def out(line: str) -> None:
+    """A line for people; only crew's own words and validated ids reach it, nothing a
+    terminal could obey."""
+    sys.stdout.write(line + "\n")

@@ -1,0 +1,167 @@
+"""Who runs a fast command, and whether its run's leader is alive: crew/session.py's and
+crew/domain/lease.py's answers for the common case (a person; a leader that beats), and
+Fallback for the rest (a worker's credentials, however they reach the command, are the full
+command's to check)."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+from crew.fast.cmdline import Fallback
+from crew.fast.runfiles import RunFiles
+
+MAX_SESSION_LENGTH = 256
+WORKER_SESSION_PREFIX = "task:"
+#: The variables that make a command a worker's (crew/env.py): any of them, here or in an
+#: ancestor's starting environment, sends the command to the full path.
+WORKER_VARIABLES = ("CREW_WORKER_TOKEN", "CREW_RUN_ID", "CREW_TASK_ID")
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_ANCESTORS = 64
+
+
+class Session:
+    """The session a person acts as, and their default one when --session names another."""
+
+    __slots__ = ("default", "name")
+
+    def __init__(self, name: str, default: str | None) -> None:
+        self.name = name
+        self.default = default
+
+    def stamp(self) -> dict[str, str]:
+        """What the events this session causes record about it (crew/session.py `stamp`)."""
+        who = {"session": self.name}
+        if self.default is not None:
+            who["defaultSession"] = self.default
+        return who
+
+
+def session(explicit: str | None) -> Session:
+    """The person running this command (Fallback for a worker, or a session to refuse)."""
+    if any(os.environ.get(name) for name in WORKER_VARIABLES) or _below_a_worker():
+        raise Fallback
+    from_env = os.environ.get("CREW_SESSION_ID") or None
+    for value in (explicit, from_env):
+        if value is not None and not _plain_session(value):
+            raise Fallback
+    mine = from_env or f"{_user()}@{os.uname().nodename}"
+    name = explicit if explicit is not None else mine
+    return Session(name, mine if name != mine else None)
+
+
+def _plain_session(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return (
+        0 < len(value) <= MAX_SESSION_LENGTH
+        and value.isprintable()
+        and value == value.strip()
+        and not value.startswith(WORKER_SESSION_PREFIX)
+    )
+
+
+def _user() -> str:
+    """getpass.getuser(), without importing it."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        user = os.environ.get(name)
+        if user:
+            return user
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _below_a_worker() -> bool:
+    """Whether an ancestor started with a worker's credentials (crew/procs
+    `inherited_environs`): an ancestor that cannot be read counts as one."""
+    pid = os.getppid()
+    for _ in range(_ANCESTORS):
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = b"\0" + handle.read()
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                parent = int(handle.read().rpartition(b")")[2].split()[1])
+        except PermissionError:
+            return True
+        except (OSError, ValueError, IndexError):
+            return False
+        if any(b"\0" + name.encode() + b"=" in environ for name in WORKER_VARIABLES):
+            return True
+        pid = parent
+    return False
+
+
+# ----------------------------------------------------------------------------- the leader
+
+
+ALIVE, STALE, ABSENT = "alive", "stale", "absent"
+
+
+class Lease:
+    """What crew/domain/lease.py `read_lease` says of a run's leader."""
+
+    __slots__ = ("leader", "state")
+
+    def __init__(self, state: str, leader: dict[str, object] | None) -> None:
+        self.state = state
+        self.leader = leader
+
+
+def lease(files: RunFiles, stale_after: float) -> Lease:
+    """The run's lease (Fallback if leader.json is unreadable: the full path says why)."""
+    if not os.path.lexists(files.leader):
+        return Lease(ABSENT, None)
+    info = files.read_json(files.leader)
+    if not isinstance(info, dict):
+        raise Fallback
+    pid, host, beat = info.get("pid"), info.get("host"), info.get("heartbeatAt")
+    if not isinstance(pid, int) or not isinstance(host, str) or not isinstance(beat, str):
+        raise Fallback
+    if info.get("stoppedReason"):
+        return Lease(STALE, info)
+    if host == os.uname().nodename and not _alive(pid):
+        return Lease(STALE, info)
+    if seconds_since(beat) > stale_after:
+        return Lease(STALE, info)
+    return Lease(ALIVE, info)
+
+
+def now() -> str:
+    """crew/clock.py `now`."""
+    return datetime.now(UTC).strftime(TIMESTAMP_FORMAT)
+
+
+def seconds_since(stamp: str) -> float:
+    if len(stamp) != 27 or not stamp.endswith("Z"):
+        raise Fallback
+    try:
+        moment = datetime.fromisoformat(stamp[:-1]).replace(tzinfo=UTC)
+    except ValueError:
+        raise Fallback from None
+    return (datetime.now(UTC) - moment).total_seconds()
+
+
+def _alive(pid: int) -> bool:
+    """crew/procs `is_alive`: the pid exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rpartition(b")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        raise Fallback from None
+    return state not in {b"Z", b"X"}

@@ -1,0 +1,269 @@
+"""A run's files as the fast path reads and writes them: plain JSON documents, no models.
+
+The formats are crew/models.py's; the rules of where things live are crew/paths.py's, of how
+the files are written crew/store's. This module keeps to the common case of each and raises
+Fallback on anything else (a link, a torn or unapplied write, a file to be created, a busy
+lock), so the full command handles the rest. tests/test_fast.py checks every constant here
+against the definition it mirrors, and the records written against the models.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import zlib
+
+from crew.fast.cmdline import Fallback
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+HOME_DIRNAME = ".crew"
+RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
+RUN_PREFIX_PATTERN = r"^[0-9a-f-]{1,64}$"
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+LATEST = "latest"
+#: The mailbox files, in the order the applied marker lists their sizes.
+BOXES = ("inbox", "outbox", "steering")
+FILE_MODE = 0o644
+NOT_WRITABLE_BY_OTHERS = 0o022
+LINE_LIMIT = 1024 * 1024
+OFF = frozenset({"", "0", "false", "no", "off"})
+
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+_RUN_PREFIX_RE = re.compile(RUN_PREFIX_PATTERN)
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+_TAIL = 64 * 1024
+#: Set once this process has begun to write a run's files: from then on, falling back to the
+#: full command would do the change twice.
+wrote = False
+
+
+def is_task_id(value: str) -> bool:
+    return _TASK_ID_RE.match(value) is not None
+
+
+def find_home(explicit: str | None) -> str:
+    """The crew home, found as crew/paths.py `find_home` finds it."""
+    named = explicit if explicit is not None else os.environ.get("CREW_HOME") or None
+    if named is not None:
+        root = os.path.expanduser(named)
+        if not os.path.isdir(root):
+            raise Fallback
+        return os.path.realpath(root)
+    here = os.path.realpath(os.getcwd())
+    while True:
+        candidate = os.path.join(here, HOME_DIRNAME)
+        if os.path.isdir(candidate):
+            return candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            raise Fallback
+        here = parent
+
+
+def resolve_run(home: str, ref: str) -> str:
+    """The id of the run `ref` names (`latest`, an id, or a unique prefix of one)."""
+    if ref != LATEST and _RUN_PREFIX_RE.match(ref) is None:
+        raise Fallback
+    runs = os.path.join(home, "state", "runs")
+    try:
+        names = os.listdir(runs)
+    except OSError:
+        raise Fallback from None
+    ids = sorted(n for n in names if _RUN_ID_RE.match(n) and os.path.isdir(f"{runs}/{n}"))
+    matches = ids[-1:] if ref == LATEST else [ref] if ref in ids else _prefixed(ids, ref)
+    if len(matches) != 1:
+        raise Fallback
+    return matches[0]
+
+
+def _prefixed(ids: list[str], ref: str) -> list[str]:
+    return [i for i in ids if i.startswith(ref)]
+
+
+class RunFiles:
+    """The files of one run, and what the fast path needs of them."""
+
+    def __init__(self, home: str, run_id: str) -> None:
+        self.home = home
+        self.run_id = run_id
+        self.root = root = f"{home}/state/runs/{run_id}"
+        self.manifest = f"{root}/manifest.json"
+        self.tasks = f"{root}/tasks.json"
+        self.events = f"{root}/events.jsonl"
+        self.lock = f"{root}/.lock"
+        self.hand = f"{root}/.next.lock"
+        self.applied = f"{root}/.runtime/applied"
+        self.leader = f"{root}/.runtime/leader.json"
+        self.leader_log = f"{root}/.runtime/leader.log"
+
+    def box(self, name: str) -> str:
+        return f"{self.root}/mailbox/{name}.jsonl"
+
+    def check_folders(self) -> None:
+        """What RunStore refuses (links, folders others may write to) is the full command's."""
+        state = f"{self.home}/state"
+        for folder in (state, f"{state}/runs", self.root):
+            if _mode(folder) & NOT_WRITABLE_BY_OTHERS:
+                raise Fallback
+        for name in ("mailbox", "logs", "checkpoints", ".runtime"):
+            if stat.S_ISLNK(_mode(f"{self.root}/{name}")):
+                raise Fallback
+        if stat.S_ISLNK(_mode(self.root)):
+            raise Fallback
+
+    def read_json(self, path: str) -> Any:
+        """A JSON document of the run (Fallback if it is missing, a link or unreadable)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise Fallback from None
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                return json.loads(handle.read())
+        except ValueError:
+            raise Fallback from None
+
+    def clean(self) -> tuple[int, list[int]]:
+        """The last seq, and the mailbox files' sizes, when the files reflect the whole event
+        log (the applied marker agrees with both); Fallback when recovery is the full path's."""
+        seq, sizes = self._marker()
+        if seq != self.last_seq() or sizes != self.mailbox_sizes():
+            raise Fallback
+        return seq, sizes
+
+    def last_seq(self) -> int:
+        """The seq of the log's last event, which must close its transaction."""
+        try:
+            fd = os.open(self.events, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise Fallback from None
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, min(size, _TAIL), max(0, size - _TAIL))
+        finally:
+            os.close(fd)
+        if not tail.endswith(b"\n"):
+            raise Fallback  # empty, or a torn write
+        start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
+        if start == 0 and size > _TAIL:
+            raise Fallback  # a last line longer than the tail read
+        try:
+            event = json.loads(tail[start:])
+            seq, end = event["seq"], event.get("endSeq")
+        except (ValueError, KeyError, TypeError):
+            raise Fallback from None
+        if not isinstance(seq, int) or (end is not None and end > seq):
+            raise Fallback  # a transaction cut short
+        return seq
+
+    def mailbox_sizes(self) -> list[int]:
+        sizes = []
+        for name in BOXES:
+            try:
+                sizes.append(os.stat(self.box(name)).st_size)
+            except FileNotFoundError:
+                sizes.append(0)
+        return sizes
+
+    def _marker(self) -> tuple[int, list[int]]:
+        try:
+            with open(self.applied, "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            raise Fallback from None
+        fields, _, check = raw.strip().rpartition(b" ")
+        numbers = fields.split(b" ")
+        if len(numbers) != 1 + len(BOXES) or not all(n.isdigit() for n in numbers):
+            raise Fallback
+        if check != b"%08x" % zlib.crc32(fields):
+            raise Fallback
+        seq, *sizes = (int(n) for n in numbers)
+        return seq, sizes
+
+    def write_marker(self, seq: int) -> None:
+        """Record that the files reflect the log up to `seq` (crew/store/marker.py's format)."""
+        fields = b" ".join(b"%020d" % n for n in (seq, *self.mailbox_sizes()))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.applied, flags, FILE_MODE)
+        try:
+            os.pwrite(fd, fields + b" %08x\n" % zlib.crc32(fields), 0)
+        finally:
+            os.close(fd)
+
+
+class RunLock:
+    """The run lock (crew/store/lock.py), taken only when it is free and no one waits for it:
+    a wait, with its turn-taking, is the full command's."""
+
+    def __init__(self, files: RunFiles) -> None:
+        self._files = files
+        self._fd = -1
+
+    def __enter__(self) -> RunLock:
+        if os.path.lexists(self._files.hand) or os.path.islink(self._files.lock):
+            raise Fallback
+        try:
+            self._fd = os.open(
+                self._files.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+            )
+        except OSError:
+            raise Fallback from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise Fallback from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)  # closing the descriptor releases the flock
+
+
+def open_append(path: str) -> int:
+    """A descriptor to append to an existing file that ends in a whole line (Fallback if it is
+    missing, a link, or ends in a torn write: crew/store/jsonl.py `append` handles those)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise Fallback from None
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.close(fd)
+        raise Fallback
+    return fd
+
+
+def write_lines(fd: int, data: bytes, *, fsync: bool) -> None:
+    """Append whole lines with one `write()`; on failure take them back and raise OSError."""
+    global wrote  # noqa: PLW0603  # one process, one command
+    wrote = True
+    start = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if fsync:
+            os.fsync(fd)
+    except OSError:
+        os.ftruncate(fd, start)
+        raise
+
+
+def fsync_enabled() -> bool:
+    return os.environ.get("CREW_FSYNC", "1").strip().lower() not in OFF
+
+
+def _mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        raise Fallback from None

@@ -1,0 +1,235 @@
+"""`crew steer`, `crew follow-up` and `crew nudge` without typer or pydantic: the gate of
+crew/domain/gate.py and the transaction of crew/store/txn.py for the common case — a person who
+owns the run, a task that takes the message, room in its queue, a run whose files need no
+recovery — writing the same event and mailbox line crew/verbs.py writes. Every other case
+(a refusal, a warning, a replayed key, --force, a worker's credentials) is decided before
+anything is written, by falling back to the full command.
+"""
+
+from __future__ import annotations
+
+import os
+
+from crew.fast import people
+from crew.fast.cmdline import Call, Fallback
+from crew.fast.output import out, print_json
+from crew.fast.runfiles import (
+    LINE_LIMIT,
+    RunFiles,
+    RunLock,
+    find_home,
+    fsync_enabled,
+    is_task_id,
+    open_append,
+    resolve_run,
+    write_lines,
+)
+from crew.fast.status import STATE_VERSION, TERMINAL_RUN_STATUSES, pending_index_path
+from crew.store.pending import PendingIndex
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+LIVE = frozenset({"running", "waiting", "needs_review"})
+#: crew/verbs.py DEFAULT_NUDGE.
+DEFAULT_NUDGE = "Please report your current status, blocker, or smallest next step."
+ELLIPSIS = "…"
+
+
+class Verb:
+    """crew/domain/gate.py's Verb, with what the registry says of its kind."""
+
+    __slots__ = ("allowed", "box", "event", "kind", "limit", "name", "noun", "pressure", "priority")
+
+    def __init__(
+        self,
+        name: str,
+        noun: str,
+        kind: str,
+        event: str,
+        allowed: frozenset[str],
+        box: str,
+        priority: str,
+        limit: str,
+        pressure: frozenset[str],
+    ) -> None:
+        self.name, self.noun, self.kind, self.event = name, noun, kind, event
+        self.allowed, self.box, self.priority = allowed, box, priority
+        #: The limit of pending messages of its class (`limits` in crew.toml), and the class.
+        self.limit, self.pressure = limit, pressure
+
+
+_STEERS = frozenset({"steer", "nudge"})
+VERBS = {
+    "steer": Verb(
+        "steer", "steer", "steer", "agent.steered", LIVE, "steering", "high", "maxPendingSteers",
+        _STEERS,
+    ),
+    "follow-up": Verb(
+        "follow-up", "follow-up", "followUp", "agent.followed_up", LIVE | {"queued"}, "inbox",
+        "normal", "maxPendingFollowUps", frozenset({"followUp"}),
+    ),
+    "nudge": Verb(
+        "nudge", "nudge", "nudge", "agent.nudged", LIVE, "steering", "normal",
+        "maxPendingSteers", _STEERS,
+    ),
+}  # fmt: skip
+
+
+def send(call: Call) -> int:
+    """Send, or raise Fallback before anything is written."""
+    verb = VERBS[call.command]
+    task_id = call.arguments["task"]
+    body = call.arguments.get("body", DEFAULT_NUDGE)
+    if not is_task_id(task_id):
+        raise Fallback
+    who = people.session(call.options.get("--session"))
+    home = find_home(call.options.get("--home"))
+    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
+    files.check_folders()
+    index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
+    with RunLock(files):
+        seq, _ = files.clean()
+        run = _admitted(files, verb, task_id, who, body)
+        limits = run["config"]["limits"]
+        index.current(save=False)
+        waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
+        if waiting + 1 > min(limits[verb.limit], limits["warnPending"]):
+            raise Fallback  # room to make, or a warning to give
+        data: dict[str, Any] = {"session": who.name}
+        if verb.kind == "nudge":
+            data["source"] = "nudge"
+        message = _message(verb, task_id, body, data)
+        event = _event(seq + 1, run["runId"], verb, who, message)
+        _commit(files, verb, event, message)
+    index.current()  # the index, saved with the line just written
+    lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
+    _print(call, run["runId"], verb, message, waiting + 1, lease)
+    return 0
+
+
+def _admitted(
+    files: RunFiles, verb: Verb, task_id: str, who: people.Session, body: str
+) -> dict[str, Any]:
+    """The run, once crew/domain/gate.py would let the message through."""
+    run, tasks = files.read_json(files.manifest), files.read_json(files.tasks)
+    if not isinstance(run, dict) or not isinstance(tasks, list):
+        raise Fallback
+    if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
+        raise Fallback
+    task = next((t for t in tasks if isinstance(t, dict) and t.get("id") == task_id), None)
+    if task is None or run.get("ownerSessionId") != who.name:
+        raise Fallback
+    if run.get("status") in TERMINAL_RUN_STATUSES or task.get("status") not in verb.allowed:
+        raise Fallback
+    try:
+        size = len(body.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise Fallback from None
+    if not body.strip() or size > run["config"]["limits"]["maxBodyBytes"]:
+        raise Fallback
+    return run
+
+
+def _message(verb: Verb, task_id: str, body: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A new pending message, as crew/models.py `MailboxMessage.to_dict` writes it."""
+    return {
+        "id": f"msg_{os.urandom(8).hex()}",
+        "direction": "inbox",
+        "kind": verb.kind,
+        "from": "leader",
+        "to": task_id,
+        "taskId": task_id,
+        "body": body,
+        "status": "pending",
+        "priority": verb.priority,
+        "sentAt": people.now(),
+        "data": data,
+    }
+
+
+def _event(
+    seq: int, run_id: str, verb: Verb, who: people.Session, message: dict[str, Any]
+) -> dict[str, Any]:
+    """The event that records the message (crew/domain/mailbox.py `post`)."""
+    return {
+        "id": f"evt_{os.urandom(8).hex()}",
+        "seq": seq,
+        "runId": run_id,
+        "at": message["sentAt"],
+        "type": verb.event,
+        "taskId": message["taskId"],
+        "message": f"{verb.name} {message['taskId']}: {_short(message['body'])}",
+        "data": {**who.stamp(), "mailboxMessage": message},
+    }
+
+
+def _commit(files: RunFiles, verb: Verb, event: dict[str, Any], message: dict[str, Any]) -> None:
+    """crew/store/txn.py `commit`: the event (the commit point), the mailbox line, the marker."""
+    import json
+
+    event_line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    mail_line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    if max(len(event_line), len(mail_line)) > LINE_LIMIT:
+        raise Fallback
+    events, box = open_append(files.events), -1
+    try:
+        box = open_append(files.box(verb.box))
+        try:
+            write_lines(events, event_line, fsync=fsync_enabled())
+        except OSError:
+            raise Fallback from None  # nothing was written: the full command reports it
+        try:
+            write_lines(box, mail_line, fsync=fsync_enabled())
+            files.write_marker(event["seq"])
+        except OSError as error:
+            _committed_failure(error)
+    finally:
+        os.close(events)
+        if box >= 0:
+            os.close(box)
+
+
+def _committed_failure(error: OSError) -> None:
+    """The event is written but not the rest: said as the full command says it (and
+    completed by the next command that changes the run)."""
+    from crew.store.txn import committed_error
+
+    raise committed_error(error)
+
+
+def _print(
+    call: Call,
+    run_id: str,
+    verb: Verb,
+    message: dict[str, Any],
+    pending: int,
+    lease: people.Lease,
+) -> None:
+    """crew/render.py's view of crew/results/sending.py `Sent`."""
+    if "--json" in call.options:
+        print_json(
+            {
+                **message,
+                "runId": run_id,
+                "replayed": False,
+                "dropped": [],
+                "pending": pending,
+                "leader": lease.state,
+                "warnings": [],
+            }
+        )
+        return
+    out(f"Sent {verb.noun} {message['id']} to {message['taskId']} in run {run_id}.")
+    if lease.state != people.ALIVE:
+        out(
+            "No leader is running: it is delivered once one leads the run "
+            f"(`crew resume {run_id}`)."
+        )
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """crew/text.py `short`."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS

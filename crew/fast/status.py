@@ -1,0 +1,132 @@
+"""`crew status RUN --json` without typer or pydantic: the same document as crew/views.py
+`run_status` rendered by crew/render.py, for a run that needs no recovery and has nothing to
+warn about (anything to say goes to the full command, which says it)."""
+
+from __future__ import annotations
+
+import os
+
+from crew.fast import people
+from crew.fast.cmdline import Call, Fallback
+from crew.fast.output import print_json
+from crew.fast.runfiles import RunFiles, find_home, resolve_run
+from crew.store.pending import PendingIndex
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+#: crew/models.py STATE_VERSION: a run of another version is the full command's.
+STATE_VERSION = 1
+TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "cancelled"})
+INBOUND_BOXES = ("inbox", "steering")
+
+
+def status(call: Call) -> int:
+    if "--json" not in call.options:
+        raise Fallback  # the tables are rich's to draw
+    home = find_home(call.options.get("--home"))
+    files = RunFiles(home, resolve_run(home, call.arguments.get("run", "latest")))
+    files.check_folders()
+    before = files.clean()
+    run, tasks = read_state(files)
+    pending, indexes = pending_counts(files, tasks)
+    if files.clean() != before:
+        raise Fallback  # a write came between the reads: the full command waits for it
+    limits, crew = run["config"]["limits"], run["config"]["crew"]
+    lease = people.lease(files, float(crew["leaderStaleAfter"]))
+    if _warnings(run, tasks, lease) or any(
+        count > limits["warnPending"] for boxes in pending.values() for count in boxes.values()
+    ):
+        raise Fallback
+    print_json(_document(files, run, tasks, pending, lease))
+    for index in indexes:  # a cache, written only by a command that did its work
+        index.save_if_behind()
+    return 0
+
+
+def read_state(files: RunFiles) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """manifest.json and tasks.json, tasks in crew.toml order (crew/store/state.py `ordered`)."""
+    run, tasks = files.read_json(files.manifest), files.read_json(files.tasks)
+    if not isinstance(run, dict) or not isinstance(tasks, list):
+        raise Fallback
+    if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
+        raise Fallback
+    by_id = {t["id"]: t for t in tasks}
+    in_order = {t["id"]: by_id.pop(t["id"]) for t in run["config"]["tasks"] if t["id"] in by_id}
+    in_order.update(by_id)
+    return run, list(in_order.values())
+
+
+def pending_counts(
+    files: RunFiles, tasks: list[dict[str, Any]]
+) -> tuple[dict[str, dict[str, int]], list[PendingIndex]]:
+    """Undelivered messages to each task, by mailbox file (crew/views.py `pending_counts`),
+    and the indexes that told."""
+    found = {t["id"]: dict.fromkeys(INBOUND_BOXES, 0) for t in tasks}
+    indexes = [
+        PendingIndex(files.box(box), pending_index_path(files, box)) for box in INBOUND_BOXES
+    ]
+    for box, index in zip(INBOUND_BOXES, indexes, strict=True):
+        for task_id, _kind in index.current(save=False).values():
+            if task_id not in found:
+                raise Fallback
+            found[task_id][box] += 1
+    return found, indexes
+
+
+def pending_index_path(files: RunFiles, box: str) -> str:
+    return f"{files.root}/.runtime/{box}.pending.json"
+
+
+def _warnings(run: dict[str, Any], tasks: list[dict[str, Any]], lease: people.Lease) -> bool:
+    """Whether crew/views.py `run_status` would warn about the leader."""
+    if run["status"] in TERMINAL_RUN_STATUSES:
+        return False
+    if lease.state == people.STALE:
+        return True
+    if lease.state == people.ABSENT:
+        return any(t["status"] != "queued" for t in tasks)
+    info = lease.leader or {}
+    return info.get("watcher") == "poll" or bool(info.get("degraded"))
+
+
+def _document(
+    files: RunFiles,
+    run: dict[str, Any],
+    tasks: list[dict[str, Any]],
+    pending: dict[str, dict[str, int]],
+    lease: people.Lease,
+) -> dict[str, Any]:
+    """crew/results/reading.py `StatusReport.to_json`."""
+    leader: dict[str, Any] = {"alive": lease.state == people.ALIVE and lease.leader is not None}
+    info = lease.leader
+    if info is not None:
+        leader.update(pid=info["pid"], host=info["host"], heartbeatAt=info["heartbeatAt"])
+        if info.get("stoppedReason"):
+            leader["stoppedReason"] = info["stoppedReason"]
+        if info.get("degraded"):
+            leader["degraded"] = info["degraded"]
+    if os.path.isfile(files.leader_log):
+        leader["log"] = files.leader_log
+    document = {"run": run, "tasks": tasks, "pending": pending, "warnings": [], "leader": leader}
+    spent = [t["usage"] for t in tasks if t.get("usage") is not None]
+    if spent:
+        total = spent[0]
+        for more in spent[1:]:
+            total = _plus(total, more)
+        document["usage"] = total
+    return document
+
+
+def _plus(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """crew/models.py `Usage.plus`, on the JSON form."""
+    counted = ("inputTokens", "outputTokens", "cachedTokens")
+    total: dict[str, Any] = {key: a.get(key, 0) + b.get(key, 0) for key in counted}
+    if a.get("costUsd") is not None or b.get("costUsd") is not None:
+        total["costUsd"] = round((a.get("costUsd") or 0.0) + (b.get("costUsd") or 0.0), 9)
+    total["turns"] = a.get("turns", 0) + b.get("turns", 0)
+    model = b.get("model") or a.get("model")
+    if model is not None:
+        total["model"] = model
+    return total

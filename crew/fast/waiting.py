@@ -1,0 +1,64 @@
+"""`crew wait` without typer or pydantic, when what it waits for already holds: the same tasks
+crew/waiting.py `wait_for_run` returns, printed as crew/render.py prints them. A wait that must
+block goes to the full command (whose start-up the wait itself hides)."""
+
+from __future__ import annotations
+
+from crew.fast.cmdline import Call, Fallback
+from crew.fast.output import out, print_json
+from crew.fast.runfiles import RunFiles, find_home, is_task_id, resolve_run
+from crew.fast.sending import LIVE
+from crew.fast.status import TERMINAL_RUN_STATUSES, read_state
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+TERMINAL_TASK_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+def wait(call: Call) -> int:
+    until = call.options.get("--for", "done")
+    task_id = call.options.get("--task")
+    if task_id is not None and not is_task_id(task_id):
+        raise Fallback
+    home = find_home(call.options.get("--home"))
+    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
+    files.check_folders()
+    before = files.clean()
+    run, tasks = read_state(files)
+    if files.clean() != before:
+        raise Fallback
+    if task_id is not None:
+        tasks = [t for t in tasks if t["id"] == task_id]
+        if not tasks:
+            raise Fallback
+    matching = _matching(until, run, tasks, task_id)
+    if not matching:
+        raise Fallback  # not yet (the full command waits), or never (it says why)
+    if "--json" in call.options:
+        print_json({"runId": files.run_id, "for": until, "tasks": matching})
+        return 0
+    for task in matching:
+        if task.get("contact") is not None and task["status"] not in TERMINAL_TASK_STATUSES:
+            raise Fallback  # the question's line is crew/render.py's
+        out(f"{task['id']} {task['status']}")
+    return 0
+
+
+def _matching(
+    until: str, run: dict[str, Any], tasks: list[dict[str, Any]], task_id: str | None
+) -> list[dict[str, Any]]:
+    """crew/waiting.py `wait_for_run`'s first look."""
+    if until == "done":
+        ended = tasks[0]["status"] if task_id is not None else run["status"]
+        return tasks if ended in (TERMINAL_TASK_STATUSES | TERMINAL_RUN_STATUSES) else []
+    if until == "started":
+        return [
+            t
+            for t in tasks
+            if t["status"] in LIVE or (t["status"] in TERMINAL_TASK_STATUSES and t["attempt"] > 0)
+        ]
+    if until == "waiting":
+        return [t for t in tasks if t["status"] == "waiting"]
+    raise Fallback

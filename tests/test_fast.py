@@ -1,0 +1,458 @@
+"""The fast path (crew/fast): each case it takes, run both ways on twin copies of a run, prints
+and writes the same bytes as the full command; every case it does not take reaches the full
+command with nothing written; its constants and options are those of the definitions it mirrors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SESSION, CliResult, snapshot_files
+from test_verbs import ask, start
+
+from crew import fast, ids, models, registry, text
+from crew.cli import build_app
+from crew.domain import change, gate, lease
+from crew.fast import cmdline, output, people, runfiles, sending, status
+from crew.models import Event, Usage
+from crew.paths import Home
+from crew.registry import LIVE_TASK_STATUSES, Box, MessageKind, TaskStatus
+from crew.store import files as store_files
+from crew.store import jsonl
+from crew.store.runstore import RunStore
+
+MakeRun = Callable[..., RunStore]
+_IDS = re.compile(rb"(msg|evt)_[0-9a-f]{16}")
+_TIMES = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(runfiles, "wrote", False)
+    yield
+
+
+def _normal(data: bytes, *roots: Path) -> bytes:
+    """Bytes with what differs between two equal changes (ids, times, the folder) made equal."""
+    for root in roots:
+        data = data.replace(str(root).encode(), b"ROOT")
+    return _TIMES.sub(b"TIME", _IDS.sub(rb"\1_ID", data))
+
+
+class Twins:
+    """Two identical copies of a crew home: one for the full command, one for the fast path."""
+
+    def __init__(self, store: RunStore, tmp_path: Path) -> None:
+        self.full = store.paths.home.root
+        self.fast = tmp_path / "twin" / ".crew"
+        shutil.copytree(self.full, self.fast, symlinks=True)
+        self.run_id = store.run_id
+
+    def both(
+        self, cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], *args: str
+    ) -> tuple[CliResult, CliResult]:
+        """The command run by the full command and by the fast path (which must take it)."""
+        full = cli(*args, "--home", str(self.full))
+        capsys.readouterr()
+        code = fast.fast([*args, "--home", str(self.fast)])
+        out = capsys.readouterr()
+        assert code is not None, "the fast path did not take the command"
+        return full, CliResult(code, out.out, out.err)
+
+    def same_files(self) -> None:
+        for name in ("events.jsonl", "mailbox/inbox.jsonl", "mailbox/steering.jsonl"):
+            a, b = (home / "state" / "runs" / self.run_id / name for home in (self.full, self.fast))
+            assert _normal(a.read_bytes() if a.exists() else b"") == _normal(
+                b.read_bytes() if b.exists() else b""
+            ), name
+
+
+def _alive(store: RunStore, **changes: object) -> None:
+    """A leader.json that says this process leads the run and beats now."""
+    info = lease.new_lease(SESSION, 0).model_copy(update=changes)
+    lease.write_lease(store.paths, info)
+
+
+# ----------------------------------------------------------------------------- the same bytes
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("steer", "plan", "Use the cache"),
+        ("steer", "plan", "Use the cache", "--json"),
+        ("follow-up", "plan", "Then write the docs\nand the tests", "--json"),
+        ("follow-up", "build", "queued work"),
+        ("nudge", "plan"),
+        ("nudge", "plan", "where are you?", "--json"),
+        ("steer", "plan", "as someone else", "--session", "other@ci", "--force"),
+        ("steer", "plan", "unicode \u00e9\u2028 and \x01 control", "--json"),
+    ],
+)
+def test_a_send_writes_and_prints_what_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    twins = Twins(store, tmp_path)
+    if "--force" in args:  # the fast path leaves --force to the full command
+        assert fast.fast([*args, "--home", str(twins.fast)]) is None
+        return
+    verb, task, *rest = args
+
+    full, quick = twins.both(cli, capsys, verb, twins.run_id, task, *rest)
+
+    assert (quick.code, quick.err) == (full.code, full.err) == (0, "")
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    fast_store = RunStore.open(Home(twins.fast), twins.run_id)
+    assert fast_store.load().clean  # the marker was written: no recovery needed
+    for line in fast_store.paths.events.read_bytes().splitlines(keepends=True)[-1:]:
+        assert Event.model_validate_json(line).to_line() == line  # the models read it as is
+
+
+def test_a_session_other_than_the_default_is_recorded_as_the_full_command_records_it(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    store = make_run(session="lead@ci")
+    start(store)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(
+        cli, capsys, "steer", twins.run_id, "plan", "x", "--session", "lead@ci"
+    )
+
+    assert quick.out.replace(str(twins.fast), "") != "" and full.code == quick.code == 0
+    twins.same_files()
+    last = json.loads(
+        RunStore.open(Home(twins.fast), twins.run_id).paths.events.read_bytes().splitlines()[-1]
+    )
+    assert last["data"]["session"] == "lead@ci" and last["data"]["defaultSession"] == SESSION
+
+
+def test_status_json_is_the_full_commands_document(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    store = make_run()
+    start(store)
+    with change(store) as txn:
+        task = txn.task("plan")
+        spent = Usage(input_tokens=10, output_tokens=5, cost_usd=0.1, turns=1, model="m")
+        txn.record(registry.EventType.AGENT_USAGE, task=task.model_copy(update={"usage": spent}))
+        build = txn.task("build")
+        more = Usage(input_tokens=3, output_tokens=1, cost_usd=0.2, turns=2)
+        txn.record(registry.EventType.AGENT_USAGE, task=build.model_copy(update={"usage": more}))
+    for body in ("one", "two"):
+        from crew import verbs
+
+        verbs.steer(store, "plan", body, session=SESSION)
+    _alive(store)
+    (store.paths.runtime_dir / "leader.log").write_text("")
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "status", twins.run_id, "--json")
+
+    assert full.err == quick.err == ""
+    assert quick.out.replace(str(twins.fast), "ROOT") == full.out.replace(str(twins.full), "ROOT")
+    assert json.loads(quick.out)["pending"]["plan"] == {"inbox": 0, "steering": 2}
+    assert json.loads(quick.out)["usage"]["costUsd"] == pytest.approx(0.3)
+
+
+def test_status_of_a_finished_run_needs_no_leader(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    store = make_run()
+    from crew import verbs
+
+    verbs.cancel(store, session=SESSION)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "status", "latest", "--json")
+
+    assert quick.out.replace(str(twins.fast), "ROOT") == full.out.replace(str(twins.full), "ROOT")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("wait", "latest"),
+        ("wait", "latest", "--json"),
+        ("wait", "latest", "--for", "started", "--json"),
+        ("wait", "latest", "--task", "build", "--json"),
+    ],
+)
+def test_a_wait_that_holds_already_prints_what_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    from crew import verbs
+
+    verbs.cancel(store, session=SESSION)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, *args)
+
+    assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
+
+
+def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    ask(store)
+    _refused(store, "wait", "latest")  # not done yet
+    _refused(store, "wait", "latest", "--for", "waiting")  # the question's line
+    _refused(store, "wait", "latest", "--for", "done", "--timeout", "1s")
+    _refused(store, "wait", "latest", "--for", "soon")
+
+
+# ----------------------------------------------------------------------------- the full command's
+
+
+def _refused(store: RunStore, *args: str) -> None:
+    """The fast path leaves the command to the full one, having written nothing."""
+    before = snapshot_files(store.paths.home.root)
+    assert fast.fast([*args, "--home", str(store.paths.home.root)]) is None
+    assert snapshot_files(store.paths.home.root) == before
+    assert not runfiles.wrote
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("steer", "latest", "build", "not started"),  # queued: steer needs a live task
+        ("steer", "latest", "nope", "no such task"),
+        ("steer", "latest", "Bad/Id", "x"),
+        ("steer", "latest", "plan", "   "),
+        ("steer", "latest", "plan", "x" * 70_000),
+        ("steer", "latest", "plan", "x", "--session", "intruder@ci"),
+        ("steer", "latest", "plan", "x", "--session", "task:plan"),
+        ("steer", "latest", "plan", "x", "--idempotency-key", "k1"),
+        ("steer", "latest", "plan", "x", "--wait"),
+        ("steer", "latest", "plan", "x", "--timeout=5s"),
+        ("steer", "latest", "plan", "-"),
+        ("steer", "latest", "plan", "x", "--unknown"),
+        ("steer", "latest", "plan"),
+        ("steer", "latest", "plan", "x", "y"),
+        ("steer", "../../etc", "plan", "x"),
+        ("steer", "1999", "plan", "x"),  # no run matches
+        ("status", "latest"),  # the tables are rich's
+        ("respond", "latest", "plan", "x"),
+        ("cancel", "latest"),
+        ("--version",),
+    ],
+)
+def test_what_the_fast_path_leaves_to_the_full_command(
+    make_run: MakeRun, args: tuple[str, ...]
+) -> None:
+    store = make_run()
+    start(store)
+    _refused(store, *args)
+
+
+def test_a_worker_is_the_full_commands_to_check(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    start(store)
+    monkeypatch.setenv("CREW_WORKER_TOKEN", "t")
+    _refused(store, "steer", "latest", "plan", "x")
+
+
+def test_an_ended_run_and_a_backlog_are_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    from crew import verbs
+
+    for index in range(20):  # warnPending: the 21st would warn
+        verbs.steer(store, "plan", f"s{index}", session=SESSION)
+    _refused(store, "steer", "latest", "plan", "x")
+    _refused(store, "status", "latest", "--json")  # no leader, and the backlog: warnings
+    verbs.cancel(store, session=SESSION)
+    _refused(store, "follow-up", "latest", "plan", "x")
+
+
+def test_a_run_that_needs_recovery_is_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    store.paths.applied.write_bytes(b"torn")
+    _refused(store, "steer", "latest", "plan", "x")
+    _refused(store, "status", "latest", "--json")
+
+
+def test_a_busy_lock_or_a_raised_hand_is_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    with store.lock():
+        _refused(store, "steer", "latest", "plan", "x")
+    (store.paths.root / ".next.lock").write_text("1:1")
+    _refused(store, "steer", "latest", "plan", "x")
+
+
+def test_a_leader_that_warns_sends_status_to_the_full_command(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    _alive(store, watcher=registry.WatcherKind.POLL)
+    _refused(store, "status", "latest", "--json")
+    _alive(store, pid=2**22 + 7)  # gone
+    _refused(store, "status", "latest", "--json")
+    _alive(store, degraded="disk full")
+    _refused(store, "status", "latest", "--json")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CREW_FAST", "0"),
+        ("CREW_DEBUG", "1"),
+        ("CREW_FAULT", "crash:x"),
+        ("CREW_LOCK_TIMEOUT", "nan"),
+    ],
+)
+def test_what_the_environment_leaves_to_the_full_command(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    store = make_run()
+    start(store)
+    monkeypatch.setenv(variable, value)
+    _refused(store, "steer", "latest", "plan", "x")
+
+
+def test_the_variables_it_reads_are_crews() -> None:
+    from crew import env
+
+    names = {v.name for v in env.VARIABLES}
+    assert {"CREW_FAST", "CREW_DEBUG", "CREW_FAULT", "CREW_LOCK_TIMEOUT", "CREW_FSYNC"} <= names
+    assert set(people.WORKER_VARIABLES) == {
+        env.WORKER_TOKEN.name,
+        env.RUN_ID.name,
+        env.TASK_ID.name,
+    }
+
+
+# ----------------------------------------------------------------------------- one definition
+
+
+@pytest.mark.parametrize("command", sorted(cmdline.SPECS))
+def test_every_option_of_the_command_is_taken_or_left_to_the_full_command(command: str) -> None:
+    import typer.main
+
+    click_command = typer.main.get_command(build_app(command)).commands[command]  # type: ignore[attr-defined]
+    spec = cmdline.SPECS[command]
+    options = {o for p in click_command.params for o in p.opts if o.startswith("-")}
+    arguments = [p.name for p in click_command.params if not p.opts[0].startswith("-")]
+    known = spec.flags | spec.values | spec.slow
+    assert options - cmdline.HELP_OPTIONS == known, "an option the fast path does not account for"
+    assert len(arguments) == len(spec.arguments + spec.optional)
+
+
+def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
+    assert tuple(b.value for b in Box) == runfiles.BOXES
+    assert runfiles.RUN_ID_PATTERN == ids.RUN_ID_PATTERN
+    assert runfiles.TASK_ID_PATTERN == ids.TASK_ID_PATTERN
+    assert ids._RUN_PREFIX_RE.pattern == runfiles.RUN_PREFIX_PATTERN
+    assert runfiles.LATEST == ids.LATEST
+    assert runfiles.LINE_LIMIT == jsonl.LINE_LIMIT
+    assert runfiles.FILE_MODE == store_files.FILE_MODE
+    assert runfiles.NOT_WRITABLE_BY_OTHERS == store_files._NOT_WRITABLE_BY_OTHERS
+    assert status.STATE_VERSION == models.STATE_VERSION
+    assert {s.value for s in registry.TERMINAL_RUN_STATUSES} == status.TERMINAL_RUN_STATUSES
+    assert tuple(b.value for b in registry.INBOUND_BOXES) == status.INBOUND_BOXES
+    assert text._RAW_IN_JSON_RE.pattern == output.RAW_IN_JSON_PATTERN
+    assert people.TIMESTAMP_FORMAT == __import__("crew.clock").clock.TIMESTAMP_FORMAT
+    assert people.MAX_SESSION_LENGTH == ids.MAX_TEXT_ID_LENGTH
+    assert people.WORKER_SESSION_PREFIX == ids.WORKER_SESSION_PREFIX
+    assert {s.value for s in LIVE_TASK_STATUSES} == sending.LIVE
+    from crew.verbs import DEFAULT_NUDGE
+
+    assert sending.DEFAULT_NUDGE == DEFAULT_NUDGE
+    for name, verb in sending.VERBS.items():
+        full = {"steer": gate.STEER, "follow-up": gate.FOLLOW_UP, "nudge": gate.NUDGE}[name]
+        kind = MessageKind(verb.kind)
+        assert (verb.name, verb.noun, verb.kind, verb.event) == (
+            full.name,
+            full.noun,
+            full.kind.value,
+            full.event.value,
+        )
+        assert verb.allowed == {s.value for s in full.allowed}
+        assert (verb.box, verb.priority) == (kind.box.value, kind.default_priority.value)
+        assert verb.pressure == {k.value for k in gate.pressure_class(kind)}
+
+
+def test_the_default_session_is_the_full_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crew.session import current_actor
+
+    monkeypatch.delenv("CREW_SESSION_ID")
+    assert people.session(None).name == current_actor(None).session
+
+
+def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    _alive(store)
+    program = (
+        "import sys; from crew.fast import fast; "
+        f"codes = [fast(['steer', 'latest', 'plan', 'x', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}])]; "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
+        "sys.stderr.write(repr((codes, heavy)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert done.stderr == "([0, 0], [])"
+
+
+def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    crew = [sys.executable, "-m", "crew"]
+    quick = subprocess.run(
+        [*crew, "steer", "latest", "plan", "hi"], capture_output=True, text=True, check=False
+    )
+    env = {**os.environ, "CREW_FAST": "0"}
+    full = subprocess.run(
+        [*crew, "steer", "latest", "plan", "hi"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert quick.returncode == full.returncode == 0
+    assert _normal(quick.stdout.encode()) == _normal(full.stdout.encode())
+    assert [m.body for m in store.messages(Box.STEERING)] == ["hi", "hi"]
+    assert store.load().clean
+
+
+def test_tasks_in_every_live_status_take_a_steer(make_run: MakeRun) -> None:
+    store = make_run()
+    ask(store)  # waiting
+    assert store.state().tasks["plan"].status is TaskStatus.WAITING
+    assert fast.fast(["steer", "latest", "plan", "x", "--home", str(store.paths.home.root)]) == 0
+    assert [m.body for m in store.messages(Box.STEERING)] == ["x"]

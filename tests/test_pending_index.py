@@ -1,0 +1,138 @@
+"""The pending-message index (crew/store/pending.py): what it says equals a fold of the whole
+mailbox file; it reads only what was appended since it was saved; it is rebuilt whenever the
+file it covers is not the one it read, or the index itself is damaged."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from crew.store import pending
+from crew.store.pending import BadLine, PendingIndex
+
+
+def _line(message_id: str, status: str, task: str = "plan", kind: str = "steer") -> bytes:
+    record = {"id": message_id, "kind": kind, "taskId": task, "status": status, "body": "x"}
+    return json.dumps(record).encode() + b"\n"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "steering.jsonl", tmp_path / "steering.pending.json"
+
+
+def _index(files: tuple[Path, Path]) -> PendingIndex:
+    return PendingIndex(str(files[0]), str(files[1]))
+
+
+def test_the_index_is_the_fold_of_the_latest_lines(files: tuple[Path, Path]) -> None:
+    mailbox, _ = files
+    mailbox.write_bytes(
+        _line("msg_a", "pending")
+        + _line("msg_b", "pending", task="build", kind="nudge")
+        + _line("msg_a", "delivered")
+        + _line("msg_c", "pending")
+        + _line("msg_c", "rejected")
+        + _line("msg_a", "pending")  # carried back for the next attempt
+    )
+
+    index = _index(files)
+
+    assert index.current() == {"msg_b": ("build", "nudge"), "msg_a": ("plan", "steer")}
+    assert index.counts("plan") == {"steer": 1} and index.counts("build") == {"nudge": 1}
+
+
+def test_a_saved_index_reads_only_what_was_appended(files: tuple[Path, Path]) -> None:
+    mailbox, saved = files
+    mailbox.write_bytes(b"".join(_line(f"msg_{n}", "pending") for n in range(100)))
+    _index(files).current()  # saved: it had never been
+    assert saved.exists()
+    # Change an early line in place (the bytes just before the covered end stay): a reader that
+    # read the file again would see msg_0 delivered; one that trusts the index does not.
+    data = mailbox.read_bytes()
+    early = _line("msg_0", "pending")
+    mailbox.write_bytes(data.replace(early, early.replace(b"pending", b"xending"), 1))
+    with mailbox.open("ab") as handle:
+        handle.write(_line("msg_1", "acknowledged"))
+
+    current = _index(files).current()
+
+    assert "msg_0" in current and "msg_1" not in current and len(current) == 99
+
+
+@pytest.mark.parametrize("change", ["replaced", "shorter", "rewritten", "torn index", "bad index"])
+def test_an_index_that_no_longer_holds_is_rebuilt(files: tuple[Path, Path], change: str) -> None:
+    mailbox, saved = files
+    mailbox.write_bytes(b"".join(_line(f"msg_{n}", "pending") for n in range(10)))
+    _index(files).current()
+    fresh = _line("msg_new", "pending")
+    if change == "replaced":
+        mailbox.with_name("other").write_bytes(mailbox.read_bytes() + fresh)
+        os.replace(mailbox.with_name("other"), mailbox)
+    elif change == "shorter":
+        mailbox.write_bytes(fresh)
+    elif change == "rewritten":  # same length, other bytes at the end of what was covered
+        last = _line("msg_9", "pending")
+        mailbox.write_bytes(mailbox.read_bytes().replace(last, last.replace(b"pend", b"xend")))
+    elif change == "torn index":
+        saved.write_bytes(saved.read_bytes()[:20])
+    else:
+        saved.write_bytes(saved.read_bytes().replace(b"msg_3", b"msg_X"))
+
+    expected = _fold(mailbox.read_bytes())
+
+    assert _index(files).current() == expected
+
+
+def _fold(data: bytes) -> dict[str, tuple[str, str]]:
+    found: dict[str, tuple[str, str]] = {}
+    for line in data.splitlines():
+        if line.strip():
+            record = json.loads(line)
+            found.pop(record["id"], None)
+            if record["status"] == "pending":
+                found[record["id"]] = (record["taskId"], record["kind"])
+    return found
+
+
+def test_a_line_that_is_not_a_record_is_reported(files: tuple[Path, Path]) -> None:
+    mailbox, saved = files
+    mailbox.write_bytes(_line("msg_a", "pending") + b"{not json\n")
+    with pytest.raises(BadLine):
+        _index(files).current()
+    assert not saved.exists()
+
+
+def test_a_torn_last_line_waits_for_its_end(files: tuple[Path, Path]) -> None:
+    mailbox, _ = files
+    whole = _line("msg_b", "pending")
+    mailbox.write_bytes(_line("msg_a", "pending") + whole[:10])
+    index = _index(files)
+    assert index.current() == {"msg_a": ("plan", "steer")}
+    with mailbox.open("ab") as handle:
+        handle.write(whole[10:])
+    assert set(index.current()) == {"msg_a", "msg_b"}
+
+
+def test_a_missing_mailbox_has_nothing_pending(files: tuple[Path, Path]) -> None:
+    assert _index(files).current() == {}
+
+
+def test_it_is_saved_again_only_when_well_behind(files: tuple[Path, Path]) -> None:
+    mailbox, saved = files
+    mailbox.write_bytes(_line("msg_a", "pending"))
+    _index(files).current()
+    first = saved.read_bytes()
+    with mailbox.open("ab") as handle:
+        handle.write(_line("msg_b", "pending"))
+    _index(files).current()
+    assert saved.read_bytes() == first  # a line behind: not worth a write
+    with mailbox.open("ab") as handle:
+        handle.write(
+            b"".join(_line(f"msg_{n}", "delivered") for n in range(pending.SAVE_AFTER // 50))
+        )
+    _index(files).current()
+    assert saved.read_bytes() != first
