@@ -30,7 +30,7 @@ from typing import Any
 from bench.common import Row, ms, spread
 from bench.crews import (
     PYTHON,
-    cpu_seconds,
+    cpu_ns,
     crew_argv,
     crew_env,
     detached_run,
@@ -107,13 +107,13 @@ def _fill(store: RunStore, messages: int) -> None:
                 handle.write(_history(template, messages - len(held)))
 
 
-def _settle(pid: int, *, quiet: float = 0.005, timeout: float = 120) -> None:
-    """Wait until the leader has read the history: less than `quiet` s of CPU in 0.5 s."""
+def _settle(pid: int, *, quiet: int = 5_000_000, timeout: float = 120) -> None:
+    """Wait until the leader has read the history: less than `quiet` ns of CPU in 0.5 s."""
     deadline = time.monotonic() + timeout
-    before = cpu_seconds(pid)
+    before = cpu_ns(pid)
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        now = cpu_seconds(pid)
+        now = cpu_ns(pid)
         if now - before < quiet:
             return
         before = now
