@@ -98,7 +98,7 @@ def _finished_run(folder: Path, home_env: dict[str, str]) -> str:
         crew_argv("run", str(crew_toml), "--no-input"),
         env={**home_env, "CREW_HOME": str(home.root)},
         cwd=folder,
-        stdout=subprocess.DEVNULL,
+        capture_output=True,
         check=True,
     )
     return new_run(home).run_id
