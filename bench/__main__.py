@@ -9,13 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench import cli, delivery, history, leader_load, store
+from bench import cli, delivery, history, leader_load, oneshot, store
 from bench.common import Row
 
 BENCHMARKS = {
     "history": history.run,
     "store": store.run,
     "delivery": delivery.run,
+    "oneshot": oneshot.run,
     "leader_load": leader_load.run,
     "cli": cli.run,
 }

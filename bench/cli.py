@@ -1,16 +1,15 @@
-"""CLI latency: `crew status`, `crew steer` and `crew respond` against a minimal typer app.
+"""CLI latency: every crew command, a fresh process each time, against the typer floor.
 
-Every command is a subprocess of the same interpreter with the same environment, timed round
-after round side by side. The floor is a two-command typer app (`python app.py cmd --opt x`):
-what any typer CLI costs to start. The run is led by a detached leader; its one worker asks a
-question at start and again after every frame it reads, so before each timed `crew respond` the
-task is waiting again (that wait is not timed).
+Each command is started by the spawner (bench/spawner.py): wall time from spawn to exit, and its
+peak RSS. The floor is a minimal two-command typer app (`python app.py status --run x`): what any
+typer CLI costs to start; `python -c pass` is shown too. Commands and floors take turns, round
+after round.
 
-`crew status` runs a second time with a warm bytecode cache of its own (PYTHONPYCACHEPREFIX in the
-temp folder): where PYTHONDONTWRITEBYTECODE is set and crew is installed editable, as in a dev
-checkout, crew's modules are compiled from source at every start, while typer's come compiled.
-
-`python -X importtime` of `crew status` and of the floor app gives the import costs.
+The hot commands — the ones a person or an agent runs in a loop — act on a live run led by a
+detached leader, whose one worker asks a question at start and again after each answer (so
+before each timed `crew respond` the task is waiting again; that wait is not timed), answers a
+nudge with a status and acknowledges every frame. `crew wait` waits on a second run that has
+already finished. The other commands read the live run.
 """
 
 from __future__ import annotations
@@ -18,23 +17,21 @@ from __future__ import annotations
 import statistics
 import subprocess
 import tempfile
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from bench.common import Row, measure_side_by_side
+from bench.common import Row, ms, spread
 from bench.crews import (
     PYTHON,
     crew_argv,
     crew_env,
     detached_run,
-    environment,
     new_home,
+    new_run,
     wait_all,
     write_crew,
     write_script,
 )
+from bench.spawner import Command, Spawned, interleaved, spawner
 from crew.registry import TaskStatus
 from crew.waiting import Until, wait_for_run
 
@@ -57,149 +54,105 @@ def steer(body: str = typer.Option("", "--body")) -> None:
 if __name__ == "__main__":
     app()
 """
-#: Asks a question at start and after every frame it reads.
+#: Asks a question at start and after each answer; reports when nudged; acknowledges all.
 ASKER = """\
-import sys
+import json, sys
 
 print("@supervisor need_input: again?", flush=True)
-while sys.stdin.buffer.readline():
-    print("@supervisor need_input: again?", flush=True)
+for line in sys.stdin:
+    frame = json.loads(line)
+    print(f"@supervisor ack: {frame['id']}", flush=True)
+    if frame["type"] == "respond":
+        print("@supervisor need_input: again?", flush=True)
+    elif frame["type"] == "nudge":
+        print("@supervisor status: idle", flush=True)
 """
-TOP_IMPORTS = 10
-CACHED = "crew status RUN --json, bytecode cached"
+FLOOR = "typer floor"
+HOT = {
+    "crew status RUN --json": ("status", "{run}", "--json"),
+    "crew steer RUN TASK x": ("steer", "{run}", "t1", "x"),
+    "crew respond RUN TASK x": ("respond", "{run}", "t1", "x"),
+    "crew follow-up RUN TASK x": ("follow-up", "{run}", "t1", "x"),
+    "crew nudge RUN TASK": ("nudge", "{run}", "t1"),
+    "crew wait DONE": ("wait", "{done}"),
+}
+OTHER = {
+    "crew runs": ("runs",),
+    "crew status RUN": ("status", "{run}"),
+    "crew mailbox RUN": ("mailbox", "{run}"),
+    "crew events RUN": ("events", "{run}"),
+    "crew logs RUN TASK": ("logs", "{run}", "t1"),
+    "crew doctor RUN": ("doctor", "{run}"),
+    "crew schema": ("schema",),
+    "crew --version": ("--version",),
+    "crew --help": ("--help",),
+}
 
 
-def _runner(argv: list[str], env: dict[str, str], cwd: Path) -> Callable[[], None]:
-    def call() -> None:
-        done = subprocess.run(
-            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{argv} exited {done.returncode}: {done.stderr.decode().strip()}")
-
-    return call
-
-
-def _import_times(argv: list[str], env: dict[str, str], cwd: Path) -> dict[str, tuple[int, int]]:
-    """`-X importtime` of a command: module -> (self µs, cumulative µs)."""
-    done = subprocess.run(
-        [PYTHON, "-X", "importtime", *argv[1:]],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+def _finished_run(folder: Path, home_env: dict[str, str]) -> str:
+    """A run of one trivial task, led to its end in the foreground: its id."""
+    home = new_home(folder)
+    trivial = write_script(folder, "trivial.py", "print('done')\n")
+    crew_toml = write_crew(folder, [PYTHON, "-S", str(trivial)], tasks=1, name="done.toml")
+    subprocess.run(
+        crew_argv("run", str(crew_toml), "--no-input"),
+        env={**home_env, "CREW_HOME": str(home.root)},
+        cwd=folder,
+        capture_output=True,
         check=True,
     )
-    times: dict[str, tuple[int, int]] = {}
-    for line in done.stderr.splitlines():
-        if not line.startswith("import time:") or "self [us]" in line:
-            continue
-        own, cumulative, module = line.removeprefix("import time:").split("|")
-        times[module.strip()] = (int(own), int(cumulative))
-    return times
+    return new_run(home).run_id
 
 
-def _top(samples: dict[str, list[int]], name: str, unit: str) -> list[dict[str, Any]]:
-    """The TOP_IMPORTS largest by median (µs samples), in ms."""
-    medians = {key: statistics.median(values) / 1000 for key, values in samples.items()}
-    ranked = sorted(medians, key=medians.__getitem__, reverse=True)[:TOP_IMPORTS]
-    return [{name: key, unit: round(medians[key], 1)} for key in ranked]
-
-
-def _import_profile(
-    argv: list[str], floor: list[str], env: dict[str, str], cwd: Path, *, runs: int
-) -> Row:
-    """Median import costs over `runs` runs of each, alternated."""
-    cumulative: dict[str, list[int]] = defaultdict(list)
-    package_self: dict[str, list[int]] = defaultdict(list)
-    crew_self: dict[str, list[int]] = defaultdict(list)
-    totals: dict[str, list[int]] = {"crew": [], "floor": []}
-    for _ in range(runs):
-        for name, command in (("crew", argv), ("floor", floor)):
-            times = _import_times(command, env, cwd)
-            totals[name].append(sum(own for own, _ in times.values()))
-            if name == "floor":
-                continue
-            per_package: dict[str, int] = defaultdict(int)
-            for module, (own, total) in times.items():
-                cumulative[module].append(total)
-                per_package[module.split(".")[0]] += own
-                if module.split(".")[0] == "crew":
-                    crew_self[module].append(own)
-            for package, own in per_package.items():
-                package_self[package].append(own)
-    crew_ms = statistics.median(totals["crew"]) / 1000
-    floor_ms = statistics.median(totals["floor"]) / 1000
-    return Row(
-        "CLI imports",
-        "python -X importtime -m crew status RUN --json: all imports",
-        f"{crew_ms:.0f} ms ({min(totals['crew']) / 1000:.0f}–{max(totals['crew']) / 1000:.0f})",
-        f"{crew_ms / floor_ms:.2f}× floor",
-        "top 10 in data",
-        {
-            "runs": runs,
-            "importMs": crew_ms,
-            "floorImportMs": floor_ms,
-            "topCumulative": _top(cumulative, "module", "ms"),
-            "topPackagesBySelfTime": _top(package_self, "package", "selfMs"),
-            "topCrewModulesBySelfTime": _top(crew_self, "module", "selfMs"),
-        },
-    )
+def _rows(runs: dict[str, list[Spawned]]) -> list[Row]:
+    floor = statistics.median(r.seconds for r in runs[FLOOR])
+    rows = []
+    for key, samples in runs.items():
+        seconds = [r.seconds for r in samples]
+        median = statistics.median(seconds)
+        goal = "≤ 0.3× typer floor" if key in HOT else "≤ 1.0× typer floor" if key in OTHER else ""
+        rss = statistics.median(r.maxrss_kb for r in samples) / 1024
+        rows.append(
+            Row(
+                "CLI latency",
+                key,
+                spread(seconds, ms),
+                f"{median / floor:.2f}× floor",
+                goal,
+                {"seconds": seconds, "maxrssMB": rss},
+            )
+        )
+    return rows
 
 
 def run(quick: bool = False) -> list[Row]:
-    runs, warmup, import_runs = (5, 1, 3) if quick else (21, 2, 5)
-    with (
-        environment(CREW_FSYNC="0"),
-        tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
-    ):
+    rounds = 3 if quick else 15
+    with tempfile.TemporaryDirectory(prefix="crew-bench-") as name:
         folder = Path(name)
         home = new_home(folder)
         env = crew_env(home)
+        (folder / "done").mkdir()
+        done = _finished_run(folder / "done", env)
         app = write_script(folder, "app.py", FLOOR_APP)
         asker = write_script(folder, "asker.py", ASKER)
         crew_toml = write_crew(folder, [PYTHON, "-S", str(asker)], tasks=1)
-        with detached_run(home, crew_toml) as live:
-            run_id = live.store.run_id
+        with detached_run(home, crew_toml) as live, spawner(folder) as spawn:
             wait_all(live.store, TaskStatus.WAITING)
             commands = {
-                "typer floor": [PYTHON, str(app), "status", "--run", "x"],
-                "crew status RUN --json": crew_argv("status", run_id, "--json"),
-                "crew steer RUN TASK x": crew_argv("steer", run_id, "t1", "x"),
-                "crew respond RUN TASK x": crew_argv("respond", run_id, "t1", "x"),
+                FLOOR: Command([PYTHON, str(app), "status", "--run", "x"], env, folder),
+                "python -c pass": Command([PYTHON, "-c", "pass"], env, folder),
             }
-            calls = {key: _runner(argv, env, folder) for key, argv in commands.items()}
-            cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-            cached["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
-            calls[CACHED] = _runner(commands["crew status RUN --json"], cached, folder)
-            timings = measure_side_by_side(
-                calls,
-                runs=runs,
-                warmup=warmup,
-                setup={
-                    "crew respond RUN TASK x": lambda: wait_for_run(
-                        live.store, Until.WAITING, task_id="t1", timeout=30
-                    )
-                },
+            for key, argv in {**HOT, **OTHER}.items():
+                args = [arg.format(run=live.store.run_id, done=done) for arg in argv]
+                done_env = {**env, "CREW_HOME": str(folder / "done" / ".crew")}
+                commands[key] = Command(
+                    crew_argv(*args), done_env if key == "crew wait DONE" else env, folder
+                )
+
+            def waiting() -> None:
+                wait_for_run(live.store, Until.WAITING, task_id="t1", timeout=30)
+
+            runs = interleaved(
+                spawn, commands, rounds=rounds, setup={"crew respond RUN TASK x": waiting}
             )
-            imports = _import_profile(
-                commands["crew status RUN --json"],
-                commands["typer floor"],
-                env,
-                folder,
-                runs=import_runs,
-            )
-    floor = timings["typer floor"].median
-    rows = [
-        Row(
-            "CLI latency",
-            key,
-            timing.show(),
-            f"{timing.median / floor:.2f}× floor",
-            "≤ 1.0× typer floor" if key != "typer floor" else "",
-            {"seconds": timing.median, "runs": timing.runs},
-        )
-        for key, timing in timings.items()
-    ]
-    return [*rows, imports]
+    return _rows(runs)

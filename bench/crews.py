@@ -148,12 +148,33 @@ def process_gone(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :].startswith(b"Z")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds on a CPU so far, all threads of a live process: the first field of each
+    thread's /proc schedstat (the scheduler's own count, not 10 ms clock ticks)."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with (
+            contextlib.suppress(FileNotFoundError),
+            open(f"/proc/{pid}/task/{thread}/schedstat") as f,
+        ):
+            total += int(f.read().split()[0])
+    return total
+
+
+def final_cpu_seconds(process: subprocess.Popen[bytes], *, timeout: float = 600.0) -> float:
+    """Wait for a child to exit and return its own CPU time (user + system, every thread, not
+    its children's), read from /proc while it is a zombie; then reap it."""
+    deadline = time.monotonic() + timeout
+    while not process_gone(process.pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{process.args!r} still running after {timeout:g}s")
+        time.sleep(0.005)
+    with open(f"/proc/{process.pid}/stat", "rb") as handle:
         stat = handle.read()
     fields = stat[stat.rfind(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    process.wait()
+    return seconds
 
 
 def stop_run(store: RunStore | None, pid: int, *, child: subprocess.Popen[bytes] | None) -> None:

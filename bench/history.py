@@ -6,8 +6,7 @@ events that are not messages, beside a small fixed mailbox); a follower reads on
 appended since its last poll. Both commands are timed in process and as `crew … --json`
 subprocesses.
 
-A run's mailbox grows too: every message ever sent stays in its file. Sending one more
-(`crew follow-up`) and `crew status` are timed against mailboxes of delivered messages.
+How commands grow with the mailbox is measured by bench/oneshot.py, each in a fresh process.
 """
 
 from __future__ import annotations
@@ -20,14 +19,13 @@ from pathlib import Path
 
 from bench.common import Row, Timing, measure, measure_side_by_side
 from bench.crews import crew_argv, crew_env
-from crew import verbs
 from crew.config import parse_config
 from crew.domain import change, mailbox
 from crew.domain.runs import create_run
 from crew.ids import new_message_id
 from crew.models import Event, MailboxMessage
 from crew.paths import Home
-from crew.registry import Box, Direction, EventType, MessageKind, MessageStatus
+from crew.registry import Direction, EventType, MessageKind, MessageStatus
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 from crew.views import mailbox_view, run_status
@@ -62,18 +60,6 @@ def _post_mailbox(store: RunStore) -> None:
     with change(store) as txn:
         for index in range(MESSAGES):
             mailbox.post(txn, _follow_up(index, txn.at), EventType.AGENT_FOLLOWED_UP)
-
-
-def _run_with_mailbox(root: Path, messages: int) -> RunStore:
-    """A run whose inbox holds `messages` delivered follow-ups (their lines written in bulk)."""
-    home = Home(root / ".crew")
-    home.root.mkdir(parents=True)
-    store = create_run(home, parse_config(CONFIG), crew_dir=root, session="bench")
-    at = "2026-11-30T03:41:00.123456Z"
-    delivered = {"status": MessageStatus.DELIVERED, "delivered_at": at}
-    lines = [_follow_up(i, at).model_copy(update=delivered).to_line() for i in range(messages)]
-    store.paths.box(Box.INBOX).write_bytes(b"".join(lines))
-    return store
 
 
 def _run_with_history(root: Path, events: int) -> RunStore:
@@ -120,19 +106,17 @@ def _cli(argv: list[str], home: Home) -> Callable[[], None]:
     return call
 
 
-def _scaling(
-    benchmark: str, times: dict[int, Timing], goal: str, history: str = HISTORY
-) -> list[Row]:
+def _scaling(benchmark: str, times: dict[int, Timing], goal: str) -> list[Row]:
     """One row per history size, each as a ratio to the smallest."""
     smallest = min(times)
     return [
         Row(
             benchmark,
-            f"{size:>9,} {history}",
+            f"{size:>9,} {HISTORY}",
             timing.show(),
             f"{timing.median / times[smallest].median:.2f}×",
             goal,
-            {"size": size, "history": history, "seconds": timing.median},
+            {"size": size, "history": HISTORY, "seconds": timing.median},
         )
         for size, timing in times.items()
     ]
@@ -141,7 +125,6 @@ def _scaling(
 def run(quick: bool = False) -> list[Row]:
     sizes = [10, 10_000, 100_000] if quick else [10, 10_000, 1_000_000]
     cli_runs, cli_warmup = (5, 1) if quick else (15, 2)
-    mailbox_sizes, mailbox_runs = ([10, 1_000, 5_000], 7) if quick else ([10, 1_000, 10_000], 15)
     os.environ["CREW_FSYNC"] = "0"
     flat = "≤ 1.2× from 10 to the largest"
     with tempfile.TemporaryDirectory(prefix="crew-bench-") as folder:
@@ -174,18 +157,6 @@ def run(quick: bool = False) -> list[Row]:
             {size: (lambda size=size: append_and_poll(size)) for size in sizes}
         )
         full_read = measure(lambda: jsonl.read(stores[sizes[1]].paths.events, Event), runs=5)
-        boxes = {n: _run_with_mailbox(Path(folder) / f"box{n}", n) for n in mailbox_sizes}
-        follow_up_times = measure_side_by_side(
-            {
-                n: (lambda box=box: verbs.follow_up(box, "t1", "one more thing", session="bench"))
-                for n, box in boxes.items()
-            },
-            runs=mailbox_runs,
-        )
-        status_mailbox_times = measure_side_by_side(
-            {n: (lambda box=box: run_status(box)) for n, box in boxes.items()}, runs=mailbox_runs
-        )
-    by_messages = "delivered messages in the mailbox"
     return [
         *_scaling("status vs history", status_times, flat),
         *_scaling("mailbox vs history", mailbox_times, flat),
@@ -208,6 +179,4 @@ def run(quick: bool = False) -> list[Row]:
             "",
             {"events": sizes[1], "seconds": full_read.median},
         ),
-        *_scaling("follow-up vs mailbox", follow_up_times, flat, by_messages),
-        *_scaling("status vs mailbox", status_mailbox_times, flat, by_messages),
     ]

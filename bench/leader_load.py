@@ -1,17 +1,21 @@
 """What a leader costs: CPU while its workers are idle, and leading many short tasks.
 
-(a) 50 workers that block reading stdin; once all are running, the leader's CPU time (utime +
-stime from /proc) is read over a window cut into slices, side by side with a 500 ms polling loop
-over 50 mailbox files measured over the same slices.
+(a) 50 workers that block reading stdin; once all are running, the leader's CPU time in ns (the
+first field of /proc/<pid>/task/*/schedstat, summed over its threads) is read over a few
+windows, side by side with a 500 ms polling loop over 50 mailbox files over the same windows.
+Shown as % of one core, three decimals.
 
-(b) N trivial workers (they print a line and exit 0) in one run with maxParallel = N: `crew run`
-in the foreground, from start to exit, and its peak memory (VmHWM, sampled until it exits);
-alternated with a minimal launcher script that starts the same N workers and reads their output.
+(b) N trivial workers (`python -S` printing a line, exit 0) in one run with maxParallel = N:
+`crew run --no-input` in the foreground, from spawn to exit, and the leader's own CPU time (its
+threads, not its workers': read from /proc while it is a zombie, before it is reaped), divided
+by N. At LAUNCHER_SIZE workers it alternates with a minimal launcher that starts the same
+workers with pipes, reads their output and waits for all of them.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -22,10 +26,11 @@ from bench.common import Row, spread
 from bench.crews import (
     POLLER,
     PYTHON,
-    cpu_seconds,
+    cpu_ns,
     crew_argv,
     crew_env,
     environment,
+    final_cpu_seconds,
     foreground_run,
     kill,
     new_home,
@@ -37,6 +42,7 @@ from bench.crews import (
 from crew.registry import TaskStatus
 
 IDLE_WORKERS = 50
+LAUNCHER_SIZE = 500
 IDLE = "import sys\nsys.stdin.buffer.read()\n"
 TRIVIAL = "print('done')\n"
 #: Starts N copies of a command with pipes, reads what each prints, and waits for all of them.
@@ -55,14 +61,29 @@ sys.exit(max(worker.wait() for worker in workers))
 
 
 def _percent(value: float) -> str:
-    return f"{value:.2f}%"
+    return f"{value:.3f}%"
 
 
-def _megabytes(kilobytes: float) -> str:
-    return f"{kilobytes / 1024:.1f} MB"
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s"
 
 
-def _idle_cpu(folder: Path, *, slices: int, seconds: float) -> list[Row]:
+def _idle_shares(
+    leader: int, poller: int, *, windows: int, seconds: float
+) -> dict[str, list[float]]:
+    """% of a core used by each process in each window."""
+    shares: dict[str, list[float]] = {"crew": [], "poller": []}
+    for _ in range(windows):
+        before = {"crew": cpu_ns(leader), "poller": cpu_ns(poller)}
+        start = time.monotonic_ns()
+        time.sleep(seconds)
+        elapsed = time.monotonic_ns() - start
+        shares["crew"].append(100 * (cpu_ns(leader) - before["crew"]) / elapsed)
+        shares["poller"].append(100 * (cpu_ns(poller) - before["poller"]) / elapsed)
+    return shares
+
+
+def _idle_cpu(folder: Path, *, windows: int, seconds: float) -> list[Row]:
     home = new_home(folder)
     idle = write_script(folder, "idle.py", IDLE)
     crew_toml = write_crew(folder, [PYTHON, "-S", str(idle)], tasks=IDLE_WORKERS)
@@ -73,158 +94,139 @@ def _idle_cpu(folder: Path, *, slices: int, seconds: float) -> list[Row]:
     polling = subprocess.Popen(
         [PYTHON, str(poller), "0.5", *map(str, boxes)], stdout=subprocess.DEVNULL
     )
-    crew_share: list[float] = []
-    poll_share: list[float] = []
     try:
         with foreground_run(home, crew_toml) as (store, leader):
             wait_all(store, TaskStatus.RUNNING)
             time.sleep(2.0)  # let the start-up writes and the first output flush settle
-            crew_start, poll_start = cpu_seconds(leader), cpu_seconds(polling.pid)
-            for _ in range(slices):
-                crew_before, poll_before = cpu_seconds(leader), cpu_seconds(polling.pid)
-                start = time.monotonic()
-                time.sleep(seconds)
-                elapsed = time.monotonic() - start
-                crew_share.append(100 * (cpu_seconds(leader) - crew_before) / elapsed)
-                poll_share.append(100 * (cpu_seconds(polling.pid) - poll_before) / elapsed)
-            crew_total = cpu_seconds(leader) - crew_start
-            poll_total = cpu_seconds(polling.pid) - poll_start
+            shares = _idle_shares(leader, polling.pid, windows=windows, seconds=seconds)
             still = [t.id for t in store.state().task_list() if t.status is not TaskStatus.RUNNING]
             if still:
                 raise RuntimeError(f"tasks stopped running during the window: {still}")
     finally:
         kill(polling)
-    window = f"{slices} × {seconds:g} s"
-    # The ratio is of CPU time over the whole window: a slice holds only a few clock ticks.
-    tick = 1 / os.sysconf("SC_CLK_TCK")
-    if poll_total:
-        ratio = f"{crew_total / poll_total:.1f}× poller (whole window)"
-    else:
-        ratio = f"poller < 1 tick ({100 * tick / (slices * seconds):.2f}%)"
+    window = f"{windows} × {seconds:g} s"
+    crew, poll = statistics.median(shares["crew"]), statistics.median(shares["poller"])
     return [
         Row(
             "leader CPU, idle workers",
             f"crew leader, {IDLE_WORKERS} idle workers, % of a core ({window})",
-            spread(crew_share, _percent),
-            ratio,
-            "< 1%",
-            {
-                "workers": IDLE_WORKERS,
-                "percent": crew_share,
-                "sliceSeconds": seconds,
-                "cpuSeconds": crew_total,
-                "pollerCpuSeconds": poll_total,
-            },
+            spread(shares["crew"], _percent),
+            f"{crew / poll:.2f}× poller" if poll else "poller used no CPU",
+            "< 1% of a core",
+            {"workers": IDLE_WORKERS, "percent": shares["crew"], "windowSeconds": seconds},
         ),
         Row(
             "leader CPU, idle workers",
             f"500 ms polling loop over {IDLE_WORKERS} mailbox files ({window})",
-            spread(poll_share, _percent),
+            spread(shares["poller"], _percent),
             "1.00× (baseline)",
             "",
-            {"percent": poll_share},
+            {"percent": shares["poller"]},
         ),
     ]
 
 
-def _peak_memory(pid: int) -> int | None:
-    """VmHWM (KB) of a live process: the peak resident memory of its current program."""
+def _timed(command: list[str], home_dir: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Run a command to its end: wall seconds from spawn to exit, and its own CPU seconds."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        env=env,
+        cwd=home_dir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
-    except FileNotFoundError:
-        pass
-    return None  # gone, or a zombie (its memory is released)
+        cpu = final_cpu_seconds(process)
+    finally:
+        kill(process)
+    wall = time.perf_counter() - start
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[:4]}… exited {process.returncode}")
+    return wall, cpu
 
 
-def _reap(process: subprocess.Popen[bytes], *, timeout: float = 300.0) -> tuple[int, int]:
-    """Wait for a child, sampling its VmHWM every 5 ms: its exit code and peak memory (KB).
-
-    Not ru_maxrss from wait4: a child started with vfork or fork and exec inherits the peak of
-    the (much larger) benchmark process that started it.
-    """
-    deadline = time.monotonic() + timeout
-    peak = 0
-    while time.monotonic() < deadline:
-        peak = max(peak, _peak_memory(process.pid) or 0)
-        code = process.poll()
-        if code is not None:
-            return code, peak
-        time.sleep(0.005)
-    raise TimeoutError(f"{process.args!r} still running after {timeout:g}s")
+def _crew_run(folder: Path, workers: int, argv: list[str]) -> tuple[float, float]:
+    """`crew run` of `workers` trivial tasks in a new home: wall and leader CPU seconds."""
+    folder.mkdir()
+    home = new_home(folder)
+    crew_toml = write_crew(folder, argv, tasks=workers, max_parallel=workers)
+    wall, cpu = _timed(crew_argv("run", str(crew_toml), "--no-input"), folder, crew_env(home))
+    tasks = new_run(home).state().task_list()
+    completed = sum(t.status is TaskStatus.COMPLETED for t in tasks)
+    if completed != workers:
+        raise RuntimeError(f"only {completed} of {workers} tasks completed")
+    return wall, cpu
 
 
-def _many_short(folder: Path, *, workers: int, rounds: int) -> list[Row]:
-    trivial = write_script(folder, "trivial.py", TRIVIAL)
-    launcher = write_script(folder, "launcher.py", LAUNCHER)
-    argv = [PYTHON, "-S", str(trivial)]
+def _many_short(folder: Path, *, sizes: list[int], rounds: int) -> list[Row]:
+    argv = [PYTHON, "-S", str(write_script(folder, "trivial.py", TRIVIAL))]
+    launcher = [PYTHON, str(write_script(folder, "launcher.py", LAUNCHER)), str(LAUNCHER_SIZE)]
+    per_task: dict[int, list[float]] = {size: [] for size in sizes}
     walls: dict[str, list[float]] = {"crew": [], "launcher": []}
-    memory: dict[str, list[float]] = {"crew": [], "launcher": []}
+    cpus: dict[str, list[float]] = {"crew": [], "launcher": []}
     for index in range(rounds):
-        round_dir = folder / f"round{index}"
-        round_dir.mkdir()
-        home = new_home(round_dir)
-        crew_toml = write_crew(round_dir, argv, tasks=workers, max_parallel=workers)
-        for name, command in (
-            ("crew", crew_argv("run", str(crew_toml), "--no-input")),
-            ("launcher", [PYTHON, str(launcher), str(workers), *argv]),
-        ):
-            start = time.perf_counter()
-            process = subprocess.Popen(
-                command,
-                env=crew_env(home),
-                cwd=round_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                code, peak = _reap(process)
-            finally:
-                kill(process)
-            walls[name].append(time.perf_counter() - start)
-            memory[name].append(peak)
-            if code != 0:
-                raise RuntimeError(f"{name} with {workers} workers exited {code}")
-        tasks = new_run(home).state().task_list()
-        completed = sum(t.status is TaskStatus.COMPLETED for t in tasks)
-        if completed != workers:
-            raise RuntimeError(f"only {completed} of {workers} tasks completed")
-    crew_wall, floor_wall = statistics.median(walls["crew"]), statistics.median(walls["launcher"])
+        for size in sizes:
+            wall, cpu = _crew_run(folder / f"crew-{size}-{index}", size, argv)
+            per_task[size].append(cpu / size)
+            if size == LAUNCHER_SIZE:
+                walls["crew"].append(wall)
+                cpus["crew"].append(cpu)
+                wall, cpu = _timed([*launcher, *argv], folder, dict(os.environ))
+                walls["launcher"].append(wall)
+                cpus["launcher"].append(cpu)
+    base = statistics.median(per_task[sizes[0]])
+    rows = [
+        Row(
+            "many short tasks",
+            f"crew run, {size:,} trivial workers, maxParallel {size:,}: leader CPU per task",
+            spread(per_task[size], lambda s: f"{s * 1e3:.2f} ms"),
+            f"{statistics.median(per_task[size]) / base:.2f}× at {sizes[0]}",
+            f"≤ 1.2× at {sizes[0]}",
+            {"workers": size, "cpuPerTaskSeconds": per_task[size]},
+        )
+        for size in sizes
+    ]
+    return [*rows, *_launcher_rows(walls, cpus)]
+
+
+def _launcher_rows(walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> list[Row]:
+    if not walls["crew"]:
+        return []
+    ratio = statistics.median(walls["crew"]) / statistics.median(walls["launcher"])
+    cpu_ratio = statistics.median(cpus["crew"]) / statistics.median(cpus["launcher"])
     return [
         Row(
             "many short tasks",
-            f"crew run, {workers} trivial workers, maxParallel {workers}: wall time",
-            spread(walls["crew"], lambda s: f"{s:.2f} s"),
-            f"{crew_wall / floor_wall:.2f}× launcher",
-            f"all {workers} completed",
-            {"workers": workers, "seconds": walls["crew"], "completed": workers},
+            f"crew run, {LAUNCHER_SIZE} trivial workers: wall time (leader CPU)",
+            spread(walls["crew"], _seconds),
+            f"{ratio:.2f}× launcher",
+            "≤ 1.3× launcher",
+            {"seconds": walls["crew"], "cpuSeconds": cpus["crew"], "cpuRatio": cpu_ratio},
         ),
         Row(
             "many short tasks",
-            f"crew run, {workers} trivial workers: leader peak RSS",
-            spread(memory["crew"], _megabytes),
-            f"{statistics.median(memory['crew']) / statistics.median(memory['launcher']):.2f}× "
-            "launcher",
-            "",
-            {"maxrssKB": memory["crew"]},
-        ),
-        Row(
-            "many short tasks",
-            f"minimal launcher, same {workers} workers: wall time (peak RSS)",
-            spread(walls["launcher"], lambda s: f"{s:.2f} s"),
+            f"minimal launcher, same {LAUNCHER_SIZE} workers: wall time",
+            spread(walls["launcher"], _seconds),
             "1.00× (baseline)",
-            _megabytes(statistics.median(memory["launcher"])),
-            {"seconds": walls["launcher"], "maxrssKB": memory["launcher"]},
+            f"leader CPU {cpu_ratio:.1f}× the launcher's",
+            {"seconds": walls["launcher"], "cpuSeconds": cpus["launcher"]},
         ),
     ]
 
 
+def _raise_open_files() -> None:
+    """A leader holds pipes to every worker: allow as many descriptors as the system lets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(quick: bool = False) -> list[Row]:
-    slices, seconds = (2, 5.0) if quick else (6, 5.0)
-    workers, rounds = (50, 2) if quick else (200, 3)
+    windows, seconds = (2, 2.0) if quick else (6, 5.0)
+    sizes, rounds = ([200, 500], 1) if quick else ([200, 500, 1_000, 2_000], 2)
+    _raise_open_files()
     with (
         environment(CREW_FSYNC="0"),
         tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
@@ -232,6 +234,6 @@ def run(quick: bool = False) -> list[Row]:
         folder = Path(name)
         (folder / "idle").mkdir()
         (folder / "short").mkdir()
-        rows = _idle_cpu(folder / "idle", slices=slices, seconds=seconds)
-        rows += _many_short(folder / "short", workers=workers, rounds=rounds)
+        rows = _idle_cpu(folder / "idle", windows=windows, seconds=seconds)
+        rows += _many_short(folder / "short", sizes=sizes, rounds=rounds)
     return rows

@@ -1,112 +1,60 @@
-"""Append throughput: crew's JSONL append under the run lock against SQLite, and a transaction.
+"""Transaction against transaction: a whole `crew follow-up` against one SQLite transaction.
 
-One process, N sequential appends of one mailbox-message record each, timed in batches, round
-after round side by side. Pairs of equal durability:
-- crew with fsync on (each append fsynced before it returns) and SQLite in WAL mode with
-  synchronous=FULL (the WAL is synced at every commit): a record survives a power cut.
-- crew with fsync off (CREW_FSYNC=0) and SQLite WAL with synchronous=NORMAL (no sync at commit,
-  only at checkpoints): a record survives the process crashing, not a power cut.
-SQLite gets one transaction per insert (autocommit), into `(id TEXT PRIMARY KEY, json TEXT)`.
+Crew's side is what the command does once it has started: `verbs.follow_up(store, "t1", body,
+session=…)`, one call per message — the run lock, the gate, the event, the mailbox line and the
+applied marker. SQLite's side is one WAL transaction holding the same writes: BEGIN IMMEDIATE,
+read the task's row (as the gate reads the task), insert the event row, insert the mailbox row,
+update the marker row, COMMIT. Its rows carry the very lines crew wrote for a follow-up (read
+back from a crew run), so both store the same bytes. SQLite does no gate work: the comparison
+favours it.
 
-A full transaction (`change(store)` posting one follow-up: the run lock, recovery, an event
-append, a mailbox append and the applied marker) is what one `crew follow-up` writes; it is timed
-on a run of 8 tasks, and (fsync off) on one of LARGE_RUN tasks, to see what a bigger run adds.
+Pairs of equal durability: crew with fsync (CREW_FSYNC=1) and SQLite `synchronous=FULL` survive
+a power cut; crew without (CREW_FSYNC=0) and SQLite `synchronous=NORMAL` survive the process
+crashing. Each round starts from a fresh run (and a fresh database), untimed, so a mailbox never
+grows beyond one batch; the crew cases run once more on a run of LARGE_RUN tasks, to show what
+the size of a run adds to a transaction. The cases take turns, round after round.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from bench.common import Row, measure_side_by_side
 from bench.crews import environment
-from crew import env
+from crew import verbs
 from crew.config import parse_config
-from crew.domain import change, mailbox
 from crew.domain.runs import create_run
-from crew.ids import new_message_id
-from crew.models import MailboxMessage
 from crew.paths import Home
-from crew.registry import Direction, EventType, MessageKind, MessageStatus
-from crew.store import jsonl
-from crew.store.lock import locked
+from crew.registry import Box
+from crew.store.runstore import RunStore
 
-LARGE_RUN = 200
-CREW_ON = "crew append, fsync on"
-SQLITE_FULL = "SQLite WAL, synchronous=FULL"
-CREW_OFF = "crew append, fsync off"
-SQLITE_NORMAL = "SQLite WAL, synchronous=NORMAL"
-TXN_ON = "crew transaction (follow-up), fsync on"
-TXN_OFF = "crew transaction (follow-up), fsync off"
-TXN_LARGE = f"crew transaction (follow-up), fsync off, {LARGE_RUN}-task run"
-LOCK_ONLY = "run lock alone (filelock: acquire + release)"
-FLOCK_ONLY = "flock alone (open, lock, unlock, close)"
-EQUAL = "≥ 1.0× (equal durability)"
-
-
-def _message(index: int, at: str = "2026-11-30T03:41:00.123456Z") -> MailboxMessage:
-    return MailboxMessage(
-        id=new_message_id(),
-        direction=Direction.INBOX,
-        kind=MessageKind.FOLLOW_UP,
-        from_="leader",
-        to="t1",
-        task_id="t1",
-        body=f"follow-up number {index}: please also cover the edge cases in the parser",
-        status=MessageStatus.PENDING,
-        priority=MessageKind.FOLLOW_UP.default_priority,
-        sent_at=at,
-        data={"session": "bench"},
-    )
-
-
-def _records(count: int) -> Iterator[tuple[str, bytes]]:
-    """`count` distinct records, built before any timing: (message id, its mailbox line)."""
-    messages = [_message(index) for index in range(count)]
-    return iter([(message.id, message.to_line()) for message in messages])
-
-
-def _crew_appends(folder: Path, name: str, batch: int, total: int) -> Callable[[], None]:
-    path, lock = folder / f"{name}.jsonl", folder / f"{name}.lock"
-    records = _records(total)
-
-    def call() -> None:
-        for _ in range(batch):
-            _, line = next(records)
-            with locked(lock):
-                jsonl.append(path, [line])
-
-    return call
-
-
-def _sqlite_inserts(
-    folder: Path, sync: str, batch: int, total: int, closing: ExitStack
-) -> Callable[[], None]:
-    connection = sqlite3.connect(folder / f"sqlite-{sync}.db", isolation_level=None)
-    closing.callback(connection.close)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute(f"PRAGMA synchronous={sync}")
-    connection.execute("CREATE TABLE messages (id TEXT PRIMARY KEY, json TEXT)")
-    records = _records(total)
-
-    def call() -> None:
-        for _ in range(batch):
-            message_id, line = next(records)
-            connection.execute("INSERT INTO messages VALUES (?, ?)", (message_id, line.decode()))
-
-    return call
+LARGE_RUN = 1_000
+CREW_ON = "crew follow-up transaction, fsync on"
+SQLITE_FULL = "SQLite WAL transaction, synchronous=FULL"
+CREW_OFF = "crew follow-up transaction, fsync off"
+SQLITE_NORMAL = "SQLite WAL transaction, synchronous=NORMAL"
+CREW_LARGE = f"crew follow-up transaction, fsync off, {LARGE_RUN:,}-task run"
+GOAL = "≥ 1.0× (equal durability)"
+SCHEMA = """
+CREATE TABLE tasks (id TEXT PRIMARY KEY, status TEXT, json TEXT);
+CREATE TABLE events (seq INTEGER PRIMARY KEY, json TEXT);
+CREATE TABLE messages (id TEXT PRIMARY KEY, task TEXT, status TEXT, json TEXT);
+CREATE TABLE marker (id INTEGER PRIMARY KEY, applied INTEGER);
+INSERT INTO marker VALUES (1, 0);
+"""
 
 
 def _config(tasks: int) -> dict[str, Any]:
     return {
         "crew": {"name": "bench"},
         "agents": {"a": {"command": ["true"]}},
+        "limits": {"maxPendingFollowUps": 100_000},
         "tasks": [
             {"id": f"t{i}", "agent": "a", "prompt": f"task {i}: fix the parser's edge cases"}
             for i in range(1, tasks + 1)
@@ -114,103 +62,82 @@ def _config(tasks: int) -> dict[str, Any]:
     }
 
 
-def _transactions(folder: Path, name: str, batch: int, *, tasks: int = 8) -> Callable[[], None]:
-    root = folder / name
+def _new_run(folder: Path, tasks: int) -> RunStore:
+    root = Path(tempfile.mkdtemp(dir=folder))
     home = Home(root / ".crew")
     home.root.mkdir(parents=True)
-    store = create_run(home, parse_config(_config(tasks)), crew_dir=root, session="bench")
-    count = 0
-
-    def call() -> None:
-        nonlocal count
-        for _ in range(batch):
-            count += 1
-            with change(store) as txn:
-                mailbox.post(txn, _message(count, txn.at), EventType.AGENT_FOLLOWED_UP)
-
-    return call
+    return create_run(home, parse_config(_config(tasks)), crew_dir=root, session="bench")
 
 
-def _lock_only(folder: Path, batch: int) -> Callable[[], None]:
-    lock = folder / "alone.lock"
+class CrewCase:
+    """`batch` follow-ups per timed call, on a run made fresh before each call."""
 
-    def call() -> None:
-        for _ in range(batch):
-            with locked(lock):
-                pass
+    def __init__(self, folder: Path, batch: int, *, tasks: int = 8, fsync: bool) -> None:
+        self.folder, self.batch, self.tasks, self.fsync = folder, batch, tasks, fsync
+        self.store: RunStore | None = None
 
-    return call
+    def setup(self) -> None:
+        os.environ["CREW_FSYNC"] = "1" if self.fsync else "0"
+        self.store = _new_run(self.folder, self.tasks)
 
-
-def _flock_only(folder: Path, batch: int) -> Callable[[], None]:
-    """The flock system call that filelock wraps, on a descriptor opened each time."""
-    path = folder / "flock.lock"
-
-    def call() -> None:
-        for _ in range(batch):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-    return call
+    def call(self) -> None:
+        assert self.store is not None
+        for index in range(self.batch):
+            body = f"follow-up {index}: cover the edge cases"
+            verbs.follow_up(self.store, "t1", body, session="bench")
 
 
-def _fsync(on: bool) -> Callable[[], None]:
-    """Setup for a call: the durability policy crew reads from the environment."""
+def _written_lines(folder: Path) -> tuple[str, str]:
+    """The event line and the mailbox line one crew follow-up writes."""
+    store = _new_run(folder, 8)
+    verbs.follow_up(store, "t1", "follow-up 0: cover the edge cases", session="bench")
+    event = store.paths.events.read_text().splitlines()[-1]
+    message = store.paths.box(Box.INBOX).read_text().splitlines()[-1]
+    return event, message
 
-    def setup() -> None:
-        os.environ[env.FSYNC.name] = "1" if on else "0"
 
-    return setup
+class SqliteCase:
+    """`batch` transactions per timed call, on a database made fresh before each call."""
+
+    def __init__(self, folder: Path, batch: int, sync: str, lines: tuple[str, str]) -> None:
+        self.folder, self.batch, self.sync, self.lines = folder, batch, sync, lines
+        self.connection: sqlite3.Connection | None = None
+
+    def setup(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        path = Path(tempfile.mkdtemp(dir=self.folder)) / "run.db"
+        self.connection = sqlite3.connect(path, isolation_level=None)
+        self.connection.execute("PRAGMA journal_mode=WAL")
+        self.connection.execute(f"PRAGMA synchronous={self.sync}")
+        self.connection.executescript(SCHEMA)
+        self.connection.execute("INSERT INTO tasks VALUES ('t1', 'queued', '{}')")
+
+    def call(self) -> None:
+        assert self.connection is not None
+        db, (event, message) = self.connection, self.lines
+        for index in range(self.batch):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("SELECT status, json FROM tasks WHERE id = 't1'").fetchone()
+            seq = db.execute("INSERT INTO events (json) VALUES (?)", (event,)).lastrowid
+            db.execute(
+                "INSERT INTO messages VALUES (?, 't1', 'pending', ?)", (f"msg_{index}", message)
+            )
+            db.execute("UPDATE marker SET applied = ? WHERE id = 1", (seq,))
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
 
 
-def run(quick: bool = False) -> list[Row]:
-    rounds, warmup = (3, 1) if quick else (9, 2)
-    durable, loose = (40, 400) if quick else (100, 1000)
-    total = {size: (rounds + warmup) * size for size in (durable, loose)}
-    batches = {
-        CREW_ON: durable,
-        SQLITE_FULL: durable,
-        TXN_ON: durable,
-        CREW_OFF: loose,
-        SQLITE_NORMAL: loose,
-        TXN_OFF: loose,
-        TXN_LARGE: durable,
-        LOCK_ONLY: loose,
-        FLOCK_ONLY: loose,
-    }
-    with (
-        environment(CREW_FSYNC="0"),
-        tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
-        ExitStack() as closing,
-    ):
-        folder = Path(name)
-        calls = {
-            CREW_ON: _crew_appends(folder, "on", durable, total[durable]),
-            SQLITE_FULL: _sqlite_inserts(folder, "FULL", durable, total[durable], closing),
-            TXN_ON: _transactions(folder, "txn-on", durable),
-            CREW_OFF: _crew_appends(folder, "off", loose, total[loose]),
-            SQLITE_NORMAL: _sqlite_inserts(folder, "NORMAL", loose, total[loose], closing),
-            TXN_OFF: _transactions(folder, "txn-off", loose),
-            TXN_LARGE: _transactions(folder, "txn-large", durable, tasks=LARGE_RUN),
-            LOCK_ONLY: _lock_only(folder, loose),
-            FLOCK_ONLY: _flock_only(folder, loose),
-        }
-        timings = measure_side_by_side(
-            calls,
-            runs=rounds,
-            warmup=warmup,
-            setup={key: _fsync(key in {CREW_ON, TXN_ON}) for key in calls},
-        )
+def _rows(timings: dict[str, Any], batches: dict[str, int]) -> list[Row]:
     rate = {key: batches[key] / timing.median for key, timing in timings.items()}
 
     def row(key: str, ratio: str, goal: str = "") -> Row:
         timing, batch = timings[key], batches[key]
         return Row(
-            "append throughput",
+            "transactions",
             key,
             f"{rate[key]:,.0f}/s ({batch / timing.high:,.0f}–{batch / timing.low:,.0f})",
             ratio,
@@ -219,13 +146,46 @@ def run(quick: bool = False) -> list[Row]:
         )
 
     return [
-        row(CREW_ON, f"{rate[CREW_ON] / rate[SQLITE_FULL]:.2f}× SQLite FULL", EQUAL),
+        row(CREW_ON, f"{rate[CREW_ON] / rate[SQLITE_FULL]:.2f}× SQLite FULL", GOAL),
         row(SQLITE_FULL, "baseline (power-cut safe)"),
-        row(CREW_OFF, f"{rate[CREW_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", EQUAL),
+        row(CREW_OFF, f"{rate[CREW_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", GOAL),
         row(SQLITE_NORMAL, "baseline (crash safe)"),
-        row(TXN_ON, f"{rate[TXN_ON] / rate[CREW_ON]:.2f}× crew append, fsync on"),
-        row(TXN_OFF, f"{rate[TXN_OFF] / rate[CREW_OFF]:.2f}× crew append, fsync off"),
-        row(TXN_LARGE, f"{rate[TXN_LARGE] / rate[TXN_OFF]:.2f}× the 8-task run"),
-        row(LOCK_ONLY, f"{1e6 / rate[LOCK_ONLY]:.0f} µs each"),
-        row(FLOCK_ONLY, f"{1e6 / rate[FLOCK_ONLY]:.0f} µs each"),
+        row(CREW_LARGE, f"{rate[CREW_LARGE] / rate[CREW_OFF]:.2f}× the 8-task run", "flat"),
     ]
+
+
+def run(quick: bool = False) -> list[Row]:
+    rounds, warmup = (3, 1) if quick else (9, 2)
+    durable, loose = (20, 100) if quick else (100, 400)
+    batches = {
+        CREW_ON: durable,
+        SQLITE_FULL: durable,
+        CREW_OFF: loose,
+        SQLITE_NORMAL: loose,
+        CREW_LARGE: loose,
+    }
+    with (
+        environment(CREW_FSYNC="0"),
+        tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
+        ExitStack() as closing,
+    ):
+        folder = Path(name)
+        lines = _written_lines(folder)
+        full, normal = (
+            SqliteCase(folder, batches[SQLITE_FULL], "FULL", lines),
+            SqliteCase(folder, batches[SQLITE_NORMAL], "NORMAL", lines),
+        )
+        closing.callback(full.close)
+        closing.callback(normal.close)
+        cases: dict[str, CrewCase | SqliteCase] = {
+            CREW_ON: CrewCase(folder, durable, fsync=True),
+            SQLITE_FULL: full,
+            CREW_OFF: CrewCase(folder, loose, fsync=False),
+            SQLITE_NORMAL: normal,
+            CREW_LARGE: CrewCase(folder, loose, tasks=LARGE_RUN, fsync=False),
+        }
+        setup: dict[str, Callable[[], object]] = {key: case.setup for key, case in cases.items()}
+        timings = measure_side_by_side(
+            {key: case.call for key, case in cases.items()}, runs=rounds, warmup=warmup, setup=setup
+        )
+    return _rows(timings, batches)

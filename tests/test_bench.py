@@ -1,5 +1,6 @@
-"""The benchmarks still run: they call into crew's library, so a change there can break them
-without any other test noticing. The quick sizes of those that reach deepest are run here."""
+"""The benchmarks still run: they call into crew's library and its command, so a change there
+can break them without any other test noticing. The quick sizes of the library-level ones, and
+of delivery (the spawner, a live leader, a real `crew steer`), are run here."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.bench
-def test_the_benchmarks_that_use_the_library_directly_still_run(tmp_path: Path) -> None:
+def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREW_")}
-    only = ["--only", "store", "--only", "history"]
+    only = ["--only", "store", "--only", "history", "--only", "delivery"]
     output = ["--output", str(tmp_path / "results.json")]
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", *only, *output],
@@ -28,6 +29,7 @@ def test_the_benchmarks_that_use_the_library_directly_still_run(tmp_path: Path) 
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "crew transaction (follow-up), fsync off" in done.stdout
+    assert "crew follow-up transaction, fsync off" in done.stdout
+    assert "`crew steer` started → worker read" in done.stdout
     assert "status vs history" in done.stdout
     assert (tmp_path / "results.json").is_file()

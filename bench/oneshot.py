@@ -1,0 +1,184 @@
+"""One-shot commands against a long mailbox, each a fresh process, as a person runs them.
+
+Every message ever sent stays in its mailbox file. For each size (10 … 100,000 messages per
+mailbox file), a live run: a detached leader and one worker that reports progress once, then
+acknowledges every frame it reads. One real steer and one real follow-up are sent and
+acknowledged, and the worker's report is in the outbox; those three records are the templates
+of the history, appended to steering.jsonl, inbox.jsonl and outbox.jsonl under the run lock with
+new ids and bodies (one line a message, in its final state: acknowledged, except one in
+OPEN_EVERY left delivered, i.e. open; one follow-up in KEY_EVERY carries an idempotency key).
+The leader reads them as any appended line, and is left to settle before timing starts.
+`crew doctor RUN` checks the largest run once.
+
+`crew status RUN --json`, `crew steer RUN t1 x` and `crew follow-up RUN t1 x` then run for every
+size in turn, round after round, each started fresh by the spawner (bench/spawner.py): wall time
+from spawn to exit, and the peak RSS of the command alone. The live worker acknowledges what is
+sent meanwhile, so nothing piles up as pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Row, ms, spread
+from bench.crews import (
+    PYTHON,
+    cpu_ns,
+    crew_argv,
+    crew_env,
+    detached_run,
+    new_home,
+    wait_all,
+    write_crew,
+    write_script,
+)
+from bench.spawner import Command, Spawned, Spawner, interleaved, spawner
+from crew.registry import Box, TaskStatus
+from crew.store.runstore import RunStore
+
+ACKER = """\
+import json, sys
+
+print("@supervisor progress: started", flush=True)
+for line in sys.stdin:
+    print(f"@supervisor ack: {json.loads(line)['id']}", flush=True)
+"""
+OPEN_EVERY = 1000
+KEY_EVERY = 10
+CLOSED = "acknowledged"
+COMMANDS = {
+    "crew status RUN --json": ("status", "{run}", "--json"),
+    "crew steer RUN TASK x": ("steer", "{run}", "t1", "x"),
+    "crew follow-up RUN TASK x": ("follow-up", "{run}", "t1", "x"),
+}
+
+
+def read_box(path: Path) -> dict[str, dict[str, Any]]:
+    """A mailbox file folded by id: the newest line of each message."""
+    records = (json.loads(line) for line in path.read_bytes().splitlines() if line.strip())
+    return {record["id"]: record for record in records}
+
+
+def _seeded(spawn: Spawner, store: RunStore, env: dict[str, str], cwd: Path) -> None:
+    """One real steer and follow-up, acknowledged, and the worker's report in the outbox."""
+    for verb in ("steer", "follow-up"):
+        spawn.run(Command(crew_argv(verb, store.run_id, "t1", f"first {verb}"), env, cwd))
+    deadline = time.monotonic() + 30
+    while True:
+        sent = [*read_box(store.paths.box(Box.STEERING)).values()]
+        sent += read_box(store.paths.box(Box.INBOX)).values()
+        if read_box(store.paths.box(Box.OUTBOX)) and all(m["status"] == CLOSED for m in sent):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the seed messages of {store.run_id} were not acknowledged")
+        time.sleep(0.05)
+
+
+def _history(template: dict[str, Any], count: int) -> bytes:
+    """`count` messages like `template`: new ids and bodies, a few left open, some keyed."""
+    prefix = secrets.token_hex(4)
+    lines = []
+    for index in range(count):
+        record = {**template, "id": f"msg_{prefix}{index:08x}", "body": f"history {index}"}
+        if template["status"] == CLOSED and index % OPEN_EVERY == OPEN_EVERY // 2:
+            record["status"] = "delivered"
+            record.pop("acknowledgedAt", None)
+        if template["kind"] == "followUp" and index % KEY_EVERY == 0:
+            record["data"] = {**(template.get("data") or {}), "idempotencyKey": f"k{prefix}{index}"}
+        lines.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return "".join(lines).encode()
+
+
+def _fill(store: RunStore, messages: int) -> None:
+    """Bring each mailbox file to `messages` messages (appended under the run lock)."""
+    with store.lock():
+        for box in (Box.STEERING, Box.INBOX, Box.OUTBOX):
+            path = store.paths.box(box)
+            held = read_box(path)
+            template = next(iter(held.values()))
+            with path.open("ab") as handle:
+                handle.write(_history(template, messages - len(held)))
+
+
+def _settle(pid: int, *, quiet: int = 5_000_000, timeout: float = 120) -> None:
+    """Wait until the leader has read the history: less than `quiet` ns of CPU in 0.5 s."""
+    deadline = time.monotonic() + timeout
+    before = cpu_ns(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = cpu_ns(pid)
+        if now - before < quiet:
+            return
+        before = now
+    raise TimeoutError(f"leader {pid} still busy after {timeout:g}s")
+
+
+def _rows(sizes: list[int], runs: dict[Any, list[Spawned]]) -> list[Row]:
+    smallest = sizes[0]
+    rows = []
+    for name in COMMANDS:
+        base = runs[name, smallest]
+        base_time = statistics.median(r.seconds for r in base)
+        base_rss = statistics.median(r.maxrss_kb for r in base)
+        for size in sizes:
+            samples = runs[name, size]
+            seconds = [r.seconds for r in samples]
+            rss = [r.maxrss_kb / 1024 for r in samples]
+            rows.append(
+                Row(
+                    "one-shot vs mailbox",
+                    f"{name}, {size:,} messages per mailbox file",
+                    spread(seconds, ms),
+                    f"{statistics.median(seconds) / base_time:.2f}× {smallest} messages",
+                    "≤ 1.2× at 100,000",
+                    {"command": name, "messages": size, "seconds": seconds, "maxrssMB": rss},
+                )
+            )
+            rows.append(
+                Row(
+                    "one-shot vs mailbox",
+                    f"{name}, {size:,} messages: peak RSS",
+                    spread(rss, lambda mb: f"{mb:.1f} MB"),
+                    f"{statistics.median(rss) * 1024 / base_rss:.2f}× {smallest} messages",
+                    "flat",
+                )
+            )
+    return rows
+
+
+def run(quick: bool = False) -> list[Row]:
+    sizes = [10, 1_000, 10_000] if quick else [10, 1_000, 10_000, 100_000]
+    rounds = 3 if quick else 7
+    with (
+        tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
+        contextlib.ExitStack() as stack,
+    ):
+        folder = Path(name)
+        spawn = stack.enter_context(spawner(folder))
+        commands: dict[tuple[str, int], Command] = {}
+        for size in sizes:
+            where = folder / str(size)
+            where.mkdir()
+            home = new_home(where)
+            acker = write_script(where, "acker.py", ACKER)
+            crew_toml = write_crew(where, [PYTHON, "-S", str(acker)], tasks=1)
+            live = stack.enter_context(detached_run(home, crew_toml))
+            wait_all(live.store, TaskStatus.RUNNING)
+            env = crew_env(home)
+            _seeded(spawn, live.store, env, where)
+            _fill(live.store, size)
+            _settle(live.pid)
+            for label, argv in COMMANDS.items():
+                args = [arg.format(run=live.store.run_id) for arg in argv]
+                commands[label, size] = Command(crew_argv(*args), env, where)
+        # the largest run's state is sound: crew doctor exits non-zero on any finding
+        spawn.run(Command(crew_argv("doctor", live.store.run_id), env, where))
+        runs = interleaved(spawn, commands, rounds=rounds)
+    return _rows(sizes, runs)
