@@ -41,6 +41,7 @@ from bench.crews import (
 )
 from bench.spawner import Command, Spawned, Spawner, interleaved, spawner
 from crew.registry import Box, TaskStatus
+from crew.store import eventlog
 from crew.store.runstore import RunStore
 
 ACKER = """\
@@ -105,6 +106,9 @@ def _fill(store: RunStore, messages: int) -> None:
             template = next(iter(held.values()))
             with path.open("ab") as handle:
                 handle.write(_history(template, messages - len(held)))
+        # The files now hold what a long run leaves: a marker that says so, as every
+        # transaction's would (without it, every command would check the run from scratch).
+        store.write_applied(eventlog.tail(store.paths.events).last_seq)
 
 
 def _settle(pid: int, *, quiet: int = 5_000_000, timeout: float = 120) -> None:
