@@ -456,3 +456,15 @@ def test_tasks_in_every_live_status_take_a_steer(make_run: MakeRun) -> None:
     assert store.state().tasks["plan"].status is TaskStatus.WAITING
     assert fast.fast(["steer", "latest", "plan", "x", "--home", str(store.paths.home.root)]) == 0
     assert [m.body for m in store.messages(Box.STEERING)] == ["x"]
+
+
+def test_a_leaders_liveness_is_judged_as_the_full_command_judges_it() -> None:
+    from crew.procs import is_alive
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+    try:
+        for pid in (os.getpid(), 1, zombie.pid, 2**22 + 7):
+            assert people._alive(pid) == is_alive(pid), pid
+    finally:
+        zombie.wait()
