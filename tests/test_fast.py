@@ -24,7 +24,7 @@ from crew.domain import change, gate, lease
 from crew.fast import cmdline, output, people, runfiles, sending, status
 from crew.models import Event, Usage
 from crew.paths import Home
-from crew.registry import LIVE_TASK_STATUSES, Box, MessageKind, TaskStatus
+from crew.registry import LIVE_TASK_STATUSES, Box, ContactType, MessageKind, TaskStatus
 from crew.store import files as store_files
 from crew.store import jsonl
 from crew.store.runstore import RunStore
@@ -68,7 +68,7 @@ class Twins:
         return full, CliResult(code, out.out, out.err)
 
     def same_files(self) -> None:
-        for name in ("events.jsonl", "mailbox/inbox.jsonl", "mailbox/steering.jsonl"):
+        for name in ("events.jsonl", "tasks.json", "mailbox/inbox.jsonl", "mailbox/steering.jsonl"):
             a, b = (home / "state" / "runs" / self.run_id / name for home in (self.full, self.fast))
             assert _normal(a.read_bytes() if a.exists() else b"") == _normal(
                 b.read_bytes() if b.exists() else b""
@@ -194,6 +194,46 @@ def test_status_of_a_finished_run_needs_no_leader(
 
 
 @pytest.mark.parametrize(
+    ("kind", "options", "args"),
+    [
+        (ContactType.NEED_INPUT, None, ("Use Postgres",)),
+        (ContactType.NEED_INPUT, None, ("Use Postgres", "--json")),
+        (ContactType.NEED_SELECTION, ["a", "b"], ("b", "--json")),
+        (ContactType.NEED_CONFIRMATION, None, ("yes",)),
+    ],
+)
+def test_an_answer_writes_and_prints_what_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    kind: ContactType,
+    options: list[str] | None,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    ask(store, kind=kind, options=options)
+    _alive(store)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "respond", twins.run_id, "plan", *args)
+
+    assert (quick.code, quick.err) == (full.code, full.err) == (0, "")
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    answered = RunStore.open(Home(twins.fast), twins.run_id)
+    assert answered.load().clean and answered.state().tasks["plan"].status is TaskStatus.RUNNING
+
+
+def test_an_answer_the_question_does_not_take_is_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    ask(store, kind=ContactType.NEED_SELECTION, options=["a", "b"])
+    _refused(store, "respond", "latest", "plan", "c")  # not one of the options
+    _refused(store, "respond", "latest", "plan", "a", "--contact", "q_other")
+    _refused(store, "respond", "latest", "build", "a")  # asked nothing
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("wait", "latest"),
@@ -261,7 +301,7 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "../../etc", "plan", "x"),
         ("steer", "1999", "plan", "x"),  # no run matches
         ("status", "latest"),  # the tables are rich's
-        ("respond", "latest", "plan", "x"),
+        ("respond", "latest", "plan", "x"),  # it asked nothing
         ("cancel", "latest"),
         ("--version",),
     ],
@@ -390,8 +430,20 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     from crew.verbs import DEFAULT_NUDGE
 
     assert sending.DEFAULT_NUDGE == DEFAULT_NUDGE
+    from crew.fast import answering
+
+    assert (
+        tuple(f.alias or n for n, f in models.SupervisorContact.model_fields.items())
+        == answering.CONTACT_FIELDS
+    )
+    assert ContactType.NEED_SELECTION.value == answering.NEED_SELECTION
     for name, verb in sending.VERBS.items():
-        full = {"steer": gate.STEER, "follow-up": gate.FOLLOW_UP, "nudge": gate.NUDGE}[name]
+        full = {
+            "steer": gate.STEER,
+            "follow-up": gate.FOLLOW_UP,
+            "nudge": gate.NUDGE,
+            "respond": gate.RESPOND,
+        }[name]
         kind = MessageKind(verb.kind)
         assert (verb.name, verb.noun, verb.kind, verb.event) == (
             full.name,

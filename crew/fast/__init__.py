@@ -1,5 +1,5 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
-most: `status --json`, `steer`, `follow-up`, `nudge` and `wait`.
+most: `status --json`, `steer`, `follow-up`, `nudge`, `respond` and `wait`.
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common

@@ -187,6 +187,11 @@ class RunFiles:
         seq, *sizes = (int(n) for n in numbers)
         return seq, sizes
 
+    def write_tasks(self, tasks: list[dict[str, Any]]) -> None:
+        """Replace tasks.json (crew/store/snapshot.py `write_atomic` of `dump_list`)."""
+        data = json.dumps(tasks, ensure_ascii=False, indent=2).encode() + b"\n"
+        replace(self.tasks, data, fsync=fsync_enabled())
+
     def write_marker(self, seq: int) -> None:
         """Record that the files reflect the log up to `seq` (crew/store/marker.py's format)."""
         fields = b" ".join(b"%020d" % n for n in (seq, *self.mailbox_sizes()))
@@ -254,6 +259,33 @@ def write_lines(fd: int, data: bytes, *, fsync: bool) -> None:
     except OSError:
         os.ftruncate(fd, start)
         raise
+
+
+def replace(path: str, data: bytes, *, fsync: bool) -> None:
+    """Replace a file atomically, its temp file named as crew/store/snapshot.py names them
+    (so recovery removes one a killed writer left); raises OSError, the file left as it was."""
+    folder, name = os.path.split(path)
+    temp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    finally:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+    if fsync:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder_fd)
+        finally:
+            os.close(folder_fd)
 
 
 def fsync_enabled() -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from crew.fast import people
+from crew.fast import answering, people
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
@@ -51,7 +51,7 @@ class Verb:
         allowed: frozenset[str],
         box: str,
         priority: str,
-        limit: str,
+        limit: str | None,
         pressure: frozenset[str],
     ) -> None:
         self.name, self.noun, self.kind, self.event = name, noun, kind, event
@@ -74,6 +74,10 @@ VERBS = {
         "nudge", "nudge", "nudge", "agent.nudged", LIVE, "steering", "normal",
         "maxPendingSteers", _STEERS,
     ),
+    "respond": Verb(
+        "respond", "answer", "respond", "task.responded", frozenset({"waiting", "needs_review"}),
+        "inbox", "high", None, frozenset({"respond"}),
+    ),
 }  # fmt: skip
 
 
@@ -91,18 +95,29 @@ def send(call: Call) -> int:
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
     with RunLock(files):
         seq, _ = files.clean()
-        run = _admitted(files, verb, task_id, who, body)
+        run, tasks, task = _admitted(files, verb, task_id, who, body)
         limits = run["config"]["limits"]
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
-        if waiting + 1 > min(limits[verb.limit], limits["warnPending"]):
+        room = limits[verb.limit] if verb.limit is not None else waiting + 1
+        if waiting + 1 > min(room, limits["warnPending"]):
             raise Fallback  # room to make, or a warning to give
         data: dict[str, Any] = {"session": who.name}
         if verb.kind == "nudge":
             data["source"] = "nudge"
+        if verb.kind == "respond":
+            contact = answering.question(task, body)
+            data.update(answering.message_data(contact))
         message = _message(verb, task_id, body, data)
         event = _event(seq + 1, run["runId"], verb, who, message)
-        _commit(files, verb, event, message)
+        if verb.kind == "respond":
+            closed, running = answering.answered(task, contact, message)
+            event["message"] = answering.event_text(task_id, contact, _short(body))
+            event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
+            tasks[tasks.index(task)] = running
+            _commit(files, verb, event, message, tasks)
+        else:
+            _commit(files, verb, event, message, None)
     index.current()  # the index, saved with the line just written
     lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], verb, message, waiting + 1, lease)
@@ -111,8 +126,9 @@ def send(call: Call) -> int:
 
 def _admitted(
     files: RunFiles, verb: Verb, task_id: str, who: people.Session, body: str
-) -> dict[str, Any]:
-    """The run, once crew/domain/gate.py would let the message through."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """The run, its tasks and the task, once crew/domain/gate.py would let the message through
+    (the question an answer closes is crew/fast/answering.py's to check)."""
     run, tasks = files.read_json(files.manifest), files.read_json(files.tasks)
     if not isinstance(run, dict) or not isinstance(tasks, list):
         raise Fallback
@@ -129,7 +145,9 @@ def _admitted(
         raise Fallback from None
     if not body.strip() or size > run["config"]["limits"]["maxBodyBytes"]:
         raise Fallback
-    return run
+    if run.get("status") != "running":
+        raise Fallback  # a run flagged needs_review may follow its tasks: the full command's
+    return run, tasks, task
 
 
 def _message(verb: Verb, task_id: str, body: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -165,8 +183,15 @@ def _event(
     }
 
 
-def _commit(files: RunFiles, verb: Verb, event: dict[str, Any], message: dict[str, Any]) -> None:
-    """crew/store/txn.py `commit`: the event (the commit point), the mailbox line, the marker."""
+def _commit(
+    files: RunFiles,
+    verb: Verb,
+    event: dict[str, Any],
+    message: dict[str, Any],
+    tasks: list[dict[str, Any]] | None,
+) -> None:
+    """crew/store/txn.py `commit`: the event (the commit point), the mailbox line, the tasks'
+    snapshot if a task changed, the marker."""
     import json
 
     event_line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -182,6 +207,8 @@ def _commit(files: RunFiles, verb: Verb, event: dict[str, Any], message: dict[st
             raise Fallback from None  # nothing was written: the full command reports it
         try:
             write_lines(box, mail_line, fsync=fsync_enabled())
+            if tasks is not None:
+                files.write_tasks(tasks)
             files.write_marker(event["seq"])
         except OSError as error:
             _committed_failure(error)
