@@ -121,7 +121,10 @@ class RunPaths:
     lock = _Below(".lock")
 
     def box(self, box: Box) -> Path:
-        return self.mailbox_dir / box.filename
+        boxes: dict[Box, Path] | None = self.__dict__.get("_boxes")
+        if boxes is None:  # made once: a transaction asks for them several times
+            boxes = self.__dict__["_boxes"] = {b: self.mailbox_dir / b.filename for b in Box}
+        return boxes[box]
 
     def log(self, task_id: str) -> Path:
         return self.logs_dir / f"{check_task_id(task_id)}.log"

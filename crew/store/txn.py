@@ -26,6 +26,7 @@ from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType
 from crew.store import eventlog, jsonl
+from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
 
 if TYPE_CHECKING:
@@ -141,23 +142,30 @@ class Txn:
 
     def commit(self) -> None:
         """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
+        store = self.store
         if not self._events:
             if self._tasks_dirty:  # only volatile fields changed
-                self.store.write_snapshots(self.state, tasks=True, run=False)
+                store.write_snapshots(self.state, tasks=True, run=False)
+                store.write_applied(self._last_seq, events_size=self._events_size())
+                store.remember(self.state)
             return
-        paths = self.store.paths
+        paths = store.paths
         self._events = eventlog.framed(self._events)
-        jsonl.append(paths.events, [e.to_line() for e in self._events])  # the commit point
+        lines = [e.to_line() for e in self._events]
+        start = jsonl.append(paths.events, lines)  # the commit point: fsynced, the only file
         try:
             by_box: dict[Box, list[bytes]] = {}
             for mail in self._mail:
                 by_box.setdefault(mail.kind.box, []).append(mail.to_line())
-            for box, lines in by_box.items():
-                jsonl.append(paths.box(box), lines)
-            self.store.write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
+            ends: dict[Box, int] = {}
+            for box, box_lines in by_box.items():
+                at = jsonl.append(paths.box(box), box_lines, durable=fsync_derived())
+                ends[box] = at + sum(map(len, box_lines))
+            store.write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
             for checkpoint in self._checkpoints:
-                self.store.write_checkpoint(checkpoint)
-            self.store.write_applied(self._last_seq)
+                store.write_checkpoint(checkpoint)
+            store.write_applied(self._last_seq, events_size=start + sum(map(len, lines)), ends=ends)
+            store.remember(self.state)
         except (StoreError, OSError) as error:
             text = error.message if isinstance(error, StoreError) else str(from_os_error(error))
             raise StoreError(
@@ -168,3 +176,8 @@ class Txn:
                 errno=error.errno,
                 committed=True,
             ) from None
+
+    def _events_size(self) -> int | None:
+        """events.jsonl's size as this transaction's recovery checked it (None: unknown)."""
+        known = self.store.known
+        return known.events_size if known is not None else None
