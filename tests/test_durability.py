@@ -92,10 +92,11 @@ def test_a_snapshot_that_lost_its_last_write_is_rebuilt_from_the_log(
     store = make_run()
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
-    before = store.paths.tasks.read_bytes()
+    plan = store.paths.task_file("plan")
+    before = plan.read_bytes()
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.COMPLETED)
-    store.paths.tasks.write_bytes(before if lost == "the last replace" else b"")
+    plan.write_bytes(before if lost == "the last replace" else b"")
     reboot()
 
     recovery = RunStore(store.paths).load()
@@ -103,7 +104,7 @@ def test_a_snapshot_that_lost_its_last_write_is_rebuilt_from_the_log(
     with change(RunStore(store.paths)) as txn:
         assert txn.repairs
     assert RunStore(store.paths).load().clean
-    assert b'"completed"' in store.paths.tasks.read_bytes()
+    assert b'"completed"' in plan.read_bytes()
 
 
 def test_a_checkpoint_that_lost_its_last_write_is_rewritten_from_the_log(

@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from crew.errors import Corrupt, CrewTimeout, NotFound, Refused, StaleLeader, StoreError
+from crew.errors import Corrupt, CrewTimeout, NotFound, StaleLeader, StoreError
 from crew.models import (
-    STATE_VERSION,
     Checkpoint,
     Event,
     MailboxMessage,
     Run,
-    RunAdapter,
     Task,
-    TaskList,
 )
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType
@@ -41,6 +37,7 @@ from crew.store.files import (
 )
 from crew.store.lock import lock_timeout, locked
 from crew.store.pin import Pin
+from crew.store.snapshots import Identity, Snapshots
 from crew.store.state import (
     Recovery,
     RunState,
@@ -50,6 +47,7 @@ from crew.store.state import (
     ordered,
     rebuild,
     same_state,
+    shown,
 )
 from crew.store.txn import Txn
 
@@ -66,9 +64,8 @@ class RunStore:
     def __init__(self, paths: RunPaths) -> None:
         _check_folders(paths)
         self.paths = paths
-        #: The last bytes read or written of each snapshot, and the model they hold: an
-        #: unchanged file is not validated again (a long-lived leader reads them constantly).
-        self._snapshots: dict[Path, tuple[bytes, Any]] = {}
+        #: manifest.json and the task files, each validated once per content.
+        self.snapshots = Snapshots(paths)
         #: Each mailbox file folded by id, kept up to date by reading only what was appended.
         self._folds: dict[Box, _Fold] = {}
         #: The marker as this store last found it true (read and checked, or written), and the
@@ -78,7 +75,7 @@ class RunStore:
         self._known_state: RunState | None = None
         #: The snapshots' identity (inode, size, mtime) when `_known_state` was taken: a file
         #: edited or replaced outside a transaction is read again.
-        self._known_files: tuple[tuple[int, int, int], ...] | None = None
+        self._known_files: Identity | None = None
 
     @property
     def run_id(self) -> str:
@@ -186,7 +183,7 @@ class RunStore:
                     f"Run {self.run_id} is now led by epoch {recovery.state.run.leader_epoch}, "
                     f"not {epoch}: this leader was taken over and stops without writing."
                 )
-            txn = Txn(self, recovery.state.copy(), recovery.last_seq, repairs)
+            txn = Txn(self, recovery.state, recovery.last_seq, repairs)  # a state of its own
             if repairs:
                 txn.record(
                     EventType.STATE_REPAIRED,
@@ -198,17 +195,13 @@ class RunStore:
                 settle(txn)
             txn.commit()
 
-    def write_snapshots(self, state: RunState, *, tasks: bool, run: bool) -> None:
-        """Replace tasks.json and/or manifest.json with `state`. Caller holds the lock."""
-        if tasks:
-            task_list = state.task_list()
-            data = snapshot.dump_list(TaskList, task_list)
-            snapshot.write_atomic(self.paths.tasks, data, durable=fsync_derived())
-            self._snapshots[self.paths.tasks] = (data, task_list)
-        if run:
-            data = snapshot.dump_model(state.run)
-            snapshot.write_atomic(self.paths.manifest, data, durable=fsync_derived())
-            self._snapshots[self.paths.manifest] = (data, state.run)
+    def write_snapshots(self, state: RunState, *, tasks: bool | Collection[str], run: bool) -> None:
+        """Replace manifest.json (if `run`) and the files of the tasks named (`tasks=True`:
+        every task). Caller holds the lock."""
+        named: Collection[str] = () if isinstance(tasks, bool) else tasks
+        every = tasks is True or (bool(named) and self.snapshots.legacy)
+        chosen = state.task_list() if every else [state.tasks[t] for t in named]
+        self.snapshots.write(state.run if run else None, chosen, every_task=every)
 
     def write_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace a task's checkpoint file. Caller holds the lock."""
@@ -246,18 +239,11 @@ class RunStore:
     def remember(self, state: RunState) -> None:
         """The files now hold `state`, as the marker just written says."""
         self._known_state = state if self._known is not None else None
-        self._known_files = self._snapshot_identity()
+        self._known_files = self.snapshots.identity()
 
     def forget(self) -> None:
         """What this store knew of the files may be wrong (a write failed half-way)."""
         self._known, self._known_state = None, None
-
-    def _snapshot_identity(self) -> tuple[tuple[int, int, int], ...] | None:
-        try:
-            found = [os.stat(path) for path in (self.paths.manifest, self.paths.tasks)]
-        except FileNotFoundError:
-            return None
-        return tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in found)
 
     # ---------------------------------------------------------------- recovery
 
@@ -321,6 +307,22 @@ class RunStore:
             gaps=mailbox_repair.gaps(self.paths, events, pin),
         )
 
+    def is_current(self) -> bool:
+        """Whether the files are as this store last read or wrote them: the marker, the logs'
+        sizes and the snapshots' identity unchanged (a leader woken by its own writes)."""
+        known = self._known
+        if known is None or self._known_state is None or marker.read(self.paths) != known:
+            return False
+        try:
+            events_size = os.stat(self.paths.events).st_size
+        except FileNotFoundError:
+            return False
+        return (
+            events_size == known.events_size
+            and marker.mailbox_sizes(self.paths) == known.sizes
+            and self.snapshots.identity() == self._known_files
+        )
+
     def _recover_clean(self) -> Recovery | None:
         """The state, when the marker says the files reflect the whole log and it was written
         in this boot: a read of the marker and a `stat` of each log, and of the snapshots only
@@ -334,7 +336,7 @@ class RunStore:
             return None
         if events_size != applied.events_size or applied.sizes != marker.mailbox_sizes(self.paths):
             return None
-        identity = self._snapshot_identity()
+        identity = self.snapshots.identity()
         if (
             applied == self._known
             and self._known_state is not None
@@ -359,14 +361,15 @@ class RunStore:
             repairs.append(f"set aside {describe_cut(recovery.cut)} to events.jsonl.corrupt")
         for path, why in recovery.broken:
             if why == "missing":
-                repairs.append(f"{path.name} was missing; rebuilt it from events.jsonl")
+                repairs.append(f"{shown(path)} was missing; rebuilt it from events.jsonl")
             else:
                 moved = snapshot.quarantine(path)
                 repairs.append(
-                    f"{path.name} was corrupt ({why}); set it aside as {moved.name} and rebuilt it"
+                    f"{shown(path)} was corrupt ({why}); set it aside as {moved.name} and "
+                    "rebuilt it"
                 )
         if recovery.mismatch:
-            repairs.append("rewrote tasks.json and manifest.json to match events.jsonl")
+            repairs.append("rewrote the task files and manifest.json to match events.jsonl")
         repairs.extend(self._rewrite_checkpoints(recovery.unapplied))
         if recovery.full:
             repairs.extend(mailbox_repair.rewrite_gaps(self.paths, recovery.gaps))
@@ -387,39 +390,19 @@ class RunStore:
 
     def temp_folders(self) -> tuple[Path, ...]:
         """Where atomic writes put their temp files."""
-        return (self.paths.root, self.paths.checkpoints_dir, self.paths.runtime_dir)
+        return (
+            self.paths.root,
+            self.paths.tasks_dir,
+            self.paths.checkpoints_dir,
+            self.paths.runtime_dir,
+        )
 
     def _read_snapshots(
         self, pin: Pin | None = None
     ) -> tuple[Run | None, list[Task] | None, list[tuple[Path, str]]]:
-        broken: list[tuple[Path, str]] = []
-        run: Run | None = None
-        tasks: list[Task] | None = None
-        try:
-            run = self._load(self.paths.manifest, RunAdapter, pin)
-            _check_version(self.paths.manifest, run)
-        except FileNotFoundError:
-            broken.append((self.paths.manifest, "missing"))
-        except Corrupt as exc:
-            broken.append((self.paths.manifest, _detail(exc)))
-        try:
-            tasks = self._load(self.paths.tasks, TaskList, pin)
-        except FileNotFoundError:
-            broken.append((self.paths.tasks, "missing"))
-        except Corrupt as exc:
-            broken.append((self.paths.tasks, _detail(exc)))
-        return run, tasks, broken
-
-    def _load(self, path: Path, adapter: Any, pin: Pin | None = None) -> Any:
-        raw = read_bytes(path) if pin is None else pin.snapshots.get(path)
-        if raw is None:
-            raise FileNotFoundError(path)
-        cached = self._snapshots.get(path)
-        if cached is not None and cached[0] == raw:
-            return cached[1]
-        model = snapshot.parse(raw, adapter, path)
-        self._snapshots[path] = (raw, model)
-        return model
+        if pin is None:
+            return self.snapshots.read(*self.snapshots.read_raw())
+        return self.snapshots.read(pin.manifest, pin.tasks, pin.legacy)
 
     def _rewrite_checkpoints(self, events: list[Event]) -> list[str]:
         """Write the latest checkpoint the events carry where its file does not hold it."""
@@ -449,26 +432,12 @@ class _Fold:
         return self._messages
 
 
-def _detail(exc: Corrupt) -> str:
-    text = exc.message
-    start, end = text.find("("), text.rfind(")")
-    return text[start + 1 : end] if 0 <= start < end else text
-
-
-def _check_version(path: Path, run: Run) -> None:
-    if run.state_version > STATE_VERSION:
-        raise Refused(
-            f"{path} was written by a newer crew (state version {run.state_version}; "
-            f"this crew reads up to {STATE_VERSION}).",
-            hint="Upgrade crew to work with this run.",
-        )
-
-
 def _check_folders(paths: RunPaths) -> None:
     """Refused if the run's folders are links, or other users may write to the state folder
     (crew/store/files.py says why)."""
     for folder in (
         paths.root,
+        paths.tasks_dir,
         paths.mailbox_dir,
         paths.logs_dir,
         paths.checkpoints_dir,
