@@ -395,3 +395,27 @@ def test_a_damaged_mailbox_file_is_noticed_on_open_and_rewritten_by_the_next_wri
     bodies = [m.body for m in RunStore(store.paths).messages(Box.INBOX)]
     assert bodies == ["first", "second", "third"]
     assert RunStore(store.paths).load().clean
+
+
+def test_a_run_an_older_crew_made_is_read_from_tasks_json_and_converted_by_its_next_writer(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    # How crew kept tasks before the task files: one JSON array in tasks.json, no tasks/.
+    older = [json.loads(store.paths.task_file(t).read_text()) for t in ("plan", "build")]
+    for task_id in ("plan", "build"):
+        store.paths.task_file(task_id).unlink()
+    store.paths.tasks_dir.rmdir()
+    store.paths.tasks.write_text(json.dumps(older, indent=2) + "\n")
+
+    recovery = RunStore(store.paths).load()
+    assert recovery.clean and recovery.state.tasks["plan"].status is TaskStatus.RUNNING
+
+    with change(RunStore(store.paths)) as txn:
+        tasks.transition(txn, "build", TaskStatus.CANCELLED, error="test")
+    assert not store.paths.tasks.exists()
+    assert json.loads(store.paths.task_file("plan").read_text())["status"] == "running"
+    assert json.loads(store.paths.task_file("build").read_text())["status"] == "cancelled"
+    assert RunStore(store.paths).load().clean

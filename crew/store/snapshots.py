@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from crew.errors import Corrupt
+from crew.errors import Corrupt, Refused
 from crew.models import STATE_VERSION, Run, RunAdapter, Task, TaskList
 from crew.paths import RunPaths
 from crew.store import snapshot
@@ -154,8 +154,6 @@ def _detail(exc: Corrupt) -> str:
 
 
 def _check_version(path: Path, run: Run) -> None:
-    from crew.errors import Refused
-
     if run.state_version > STATE_VERSION:
         raise Refused(
             f"{path} was written by a newer crew (state version {run.state_version}; "
