@@ -34,7 +34,7 @@ class RunView:
             jsonl.Follower(store.paths.box(b), MailboxMessage) for b in INBOUND_BOXES
         ]
         self._events = eventlog.Follower(store.paths.events)
-        #: Workers' latest output times (task id -> timestamp), not yet in tasks.json.
+        #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}
         self._next_flush = 0.0
         #: A change that reached the event log while the files that mirror it could not be
@@ -124,7 +124,7 @@ class RunView:
         return self._next_flush if self._output_times else None
 
     def flush_output_times(self, now: float) -> None:
-        """Write lastOutputAt to tasks.json, at most once a second (it changes constantly)."""
+        """Write lastOutputAt to the task files, at most once a second (it changes constantly)."""
         if not self._output_times or now < self._next_flush:
             return
         times, self._output_times = self._output_times, {}
