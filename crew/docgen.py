@@ -46,7 +46,10 @@ hold one compact object per line, keys in the same order.
 | file | schema |
 | --- | --- |
 | `manifest.json` | [manifest](#manifest) |
-| `tasks.json` | [tasks](#tasks): an array of [task](#task), in crew.toml order |
+| `tasks/<taskId>.json` | [task](#task), one file per task; the run's task order is \
+`config.tasks` in `manifest.json` |
+| `tasks.json` (a run made by crew before the task files) | [tasks](#tasks): an array of \
+[task](#task), in crew.toml order; converted to task files by the next writer |
 | `events.jsonl` | [event](#event), one per line |
 | `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
 a later line with the same `id` supersedes an earlier one |

@@ -147,8 +147,8 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
         findings.append(
             Finding(
                 run_id,
-                "tasks.json or manifest.json disagrees with the state events.jsonl describes",
-                path=store.paths.tasks,
+                "the task files or manifest.json disagree with the state events.jsonl describes",
+                path=store.paths.tasks_dir,
             )
         )
     for box, missing in recovery.gaps.items():

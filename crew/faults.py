@@ -6,7 +6,8 @@ first) it passes `<point>`. Points are named after what was just done:
     append:<file>     after a JSONL append reached the file (events.jsonl, inbox.jsonl, …)
     tear:<file>       in the middle of an append: half the bytes written, then death
     temp:<file>       in an atomic snapshot replace: the temp file written, not yet renamed
-    replace:<file>    after an atomic snapshot replace (tasks.json, manifest.json, leader.json, …)
+    replace:<file>    after an atomic snapshot replace (manifest.json, leader.json, …; a task's is
+                      tasks/<taskId>.json)
     write:<file>      after a file is overwritten in place (applied, the store's marker)
     read:<file>       as a tolerant read of a JSONL file begins
     deliver           after the leader wrote messages to a worker's stdin, before recording it

@@ -103,6 +103,9 @@ class RunPaths:
     home: Home
 
     manifest = _Below("manifest.json")
+    #: One snapshot per task, `tasks/<taskId>.json` (crew/store/taskfiles.py).
+    tasks_dir = _Below("tasks")
+    #: All tasks in one JSON array: how an older crew kept them (read until converted).
     tasks = _Below("tasks.json")
     events = _Below("events.jsonl")
     mailbox_dir = _Below("mailbox")
@@ -121,7 +124,18 @@ class RunPaths:
     lock = _Below(".lock")
 
     def box(self, box: Box) -> Path:
-        return self.mailbox_dir / box.filename
+        boxes: dict[Box, Path] | None = self.__dict__.get("_boxes")
+        if boxes is None:  # made once: a transaction asks for them several times
+            boxes = self.__dict__["_boxes"] = {b: self.mailbox_dir / b.filename for b in Box}
+        return boxes[box]
+
+    def task_file(self, task_id: str) -> Path:
+        """A task's snapshot, `tasks/<taskId>.json`."""
+        files: dict[str, Path] = self.__dict__.setdefault("_task_files", {})
+        path = files.get(task_id)
+        if path is None:  # made once per task: the leader writes them constantly
+            path = files[task_id] = self.tasks_dir / f"{check_task_id(task_id)}.json"
+        return path
 
     def log(self, task_id: str) -> Path:
         return self.logs_dir / f"{check_task_id(task_id)}.log"

@@ -31,8 +31,11 @@ from crew.results.admin import SchemaDoc
 #: name -> (what it describes, the type)
 SCHEMAS: dict[str, tuple[str, Any]] = {
     "manifest": ("`manifest.json`: the run", Run),
-    "tasks": ("`tasks.json`: every task of the run, in crew.toml order", list[Task]),
-    "task": ("one task", Task),
+    "tasks": (
+        "`tasks.json` of a run an older crew made: every task, in crew.toml order",
+        list[Task],
+    ),
+    "task": ("`tasks/<taskId>.json`: one task", Task),
     "event": ("one line of `events.jsonl`", Event),
     "message": ("one line of `inbox.jsonl`, `outbox.jsonl` or `steering.jsonl`", MailboxMessage),
     "contact": ("a worker's open question (`Task.contact`)", SupervisorContact),

@@ -392,7 +392,7 @@ def test_runs_json_holds_every_column_of_the_table(cli: Cli, make_run: MakeRun) 
     unreadable.paths.events.write_text("junk\n")
     verbs.cancel(ended, session=SESSION)
     ask(live)
-    recovered.paths.tasks.unlink()
+    recovered.paths.task_file("plan").unlink()
 
     result = cli("runs", "--json")
 
@@ -401,7 +401,7 @@ def test_runs_json_holds_every_column_of_the_table(cli: Cli, make_run: MakeRun) 
     problem = docs.pop(0)
     assert problem["runId"] == recovered.run_id
     assert problem["problem"] == (
-        "tasks.json is missing; showing the state rebuilt from events.jsonl"
+        "tasks/plan.json is missing; showing the state rebuilt from events.jsonl"
     )
     assert [d["runId"] for d in docs] == [live.run_id, ended.run_id, unreadable.run_id]
     run_keys = ["runId", "crew", "status", "ownerSessionId", "leaderEpoch", "createdAt"]

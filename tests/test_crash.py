@@ -34,14 +34,14 @@ KILL_POINTS = [
     "deliver@1",  # a frame reached the worker, its delivery is not recorded
     "append:inbox.jsonl@1",  # a delivery recorded in the mailbox, not yet in the snapshots
     "append:outbox.jsonl@1",  # a question recorded, the task not yet waiting
-    "replace:tasks.json@3",
+    "replace:tasks/a.json@2",  # a task's snapshot: a's question recorded
     "deliver@3",
     "append:inbox.jsonl@3",
     "tear:events.jsonl@5",  # half an event line written
     "tear:inbox.jsonl@2",  # half a mailbox line written
     "append:events.jsonl@12",
     "replace:leader.json@2",  # a heartbeat
-    "temp:tasks.json@3",  # a snapshot's temp file written, not yet renamed
+    "temp:tasks/a.json@2",  # a snapshot's temp file written, not yet renamed
     "temp:leader.json@2",  # a heartbeat's, likewise
 ]
 #: Where Ctrl-C lands (the leader stops at the end of what it was doing).
@@ -49,7 +49,7 @@ INTERRUPT_POINTS = [
     "append:events.jsonl@3",
     "deliver@1",
     "append:outbox.jsonl@1",
-    "replace:tasks.json@3",
+    "replace:tasks/a.json@2",
     "append:inbox.jsonl@3",
 ]
 
@@ -269,11 +269,11 @@ def test_the_temp_file_of_a_writer_killed_mid_replace_is_removed_by_the_next_wri
 ) -> None:
     store = _scripted_run(tmp_path, home)
 
-    killed = _crew("cancel", store.run_id, "b", fault="temp:tasks.json")
+    killed = _crew("cancel", store.run_id, "b", fault="temp:tasks/b.json")
     assert killed.returncode == -9
-    assert [p.name for p in store.paths.root.glob(".tasks.json.*.tmp")] != []
+    assert [p.name for p in store.paths.tasks_dir.glob(".b.json.*.tmp")] != []
     assert _crew("follow-up", store.run_id, "a", "next").returncode == 0
 
-    assert list(store.paths.root.glob(".*.tmp")) == []
+    assert list(store.paths.tasks_dir.glob(".*.tmp")) == []
     assert store.state().tasks["b"].status is TaskStatus.CANCELLED  # the cancel was committed
     assert doctor(home, store.run_id).clean

@@ -46,10 +46,11 @@ def _plant(link: Path, tmp_path: Path) -> Path:
         lambda p: p.box(Box.INBOX),
         lambda p: p.lock,
         lambda p: p.applied,
-        lambda p: p.tasks,
+        lambda p: p.task_file("plan"),
         lambda p: p.mailbox_dir,
+        lambda p: p.tasks_dir,
     ],
-    ids=["events", "inbox", "lock", "applied marker", "snapshot", "mailbox folder"],
+    ids=["events", "inbox", "lock", "applied marker", "snapshot", "mailbox folder", "tasks"],
 )
 def test_a_link_in_a_run_is_refused_naming_it_and_its_target_is_untouched(
     cli: Cli, make_run: MakeRun, tmp_path: Path, where: Callable[[RunPaths], Path]

@@ -52,7 +52,9 @@ def test_a_new_run_has_every_file_and_its_creation_in_the_log(make_run: MakeRun)
     store = make_run()
     paths = store.paths
 
-    assert paths.manifest.is_file() and paths.tasks.is_file() and paths.events.is_file()
+    assert paths.manifest.is_file() and paths.events.is_file()
+    assert paths.task_file("plan").is_file() and paths.task_file("build").is_file()
+    assert not paths.tasks.exists()  # one file per task, not tasks.json
     assert all(paths.box(b).is_file() for b in Box)
     assert paths.logs_dir.is_dir() and paths.runtime_dir.is_dir()
     state = store.state()
@@ -94,9 +96,9 @@ def test_snapshots_are_pretty_with_keys_in_schema_order(make_run: MakeRun) -> No
         "runId", "crew", "status", "ownerSessionId", "leaderEpoch", "createdAt", "crewDir",
         "config", "stateVersion",
     ]  # fmt: skip
-    tasks_text = store.paths.tasks.read_text()
-    assert tasks_text.startswith('[\n  {\n    "id": "plan",') and tasks_text.endswith("]\n")
-    assert list(json.loads(tasks_text)[0])[:5] == ["id", "agent", "title", "prompt", "status"]
+    task_text = store.paths.task_file("plan").read_text()
+    assert task_text.startswith('{\n  "id": "plan",') and task_text.endswith("}\n")
+    assert list(json.loads(task_text))[:5] == ["id", "agent", "title", "prompt", "status"]
 
 
 def test_a_transition_writes_an_event_carrying_the_new_state(make_run: MakeRun) -> None:
@@ -282,25 +284,25 @@ def test_a_write_interrupted_after_its_events_is_completed_by_the_next_writer(
     assert store.state().tasks["plan"].status is TaskStatus.RUNNING
     steering = jsonl.read(store.paths.box(Box.STEERING), MailboxMessage).records
     assert [m.body for m in steering] == ["use sqlite"]  # written exactly once
-    assert json.loads(store.paths.tasks.read_text())[0]["status"] == "running"
+    assert json.loads(store.paths.task_file("plan").read_text())["status"] == "running"
 
 
 def test_a_corrupt_snapshot_is_quarantined_and_rebuilt_never_reset(make_run: MakeRun) -> None:
     store = make_run()
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
-    store.paths.tasks.write_text('[{"id": "plan", "status": "bogus"')
+    store.paths.task_file("plan").write_text('{"id": "plan", "status": "bogus"')
 
-    recovery = store.load()  # readers show the rebuilt state, and say why
+    recovery = RunStore(store.paths).load()  # readers show the rebuilt state, and say why
     assert recovery.state.tasks["plan"].status is TaskStatus.RUNNING
-    assert any("tasks.json is unreadable" in w for w in recovery.warnings())
+    assert any("tasks/plan.json is unreadable" in w for w in recovery.warnings())
 
-    with change(store) as txn:
+    with change(RunStore(store.paths)) as txn:
         assert any("set it aside" in r for r in txn.repairs)
 
-    quarantined = list(store.paths.root.glob("tasks.json.corrupt-*"))
+    quarantined = list(store.paths.tasks_dir.glob("plan.json.corrupt-*"))
     assert len(quarantined) == 1
-    assert quarantined[0].read_text() == '[{"id": "plan", "status": "bogus"'
+    assert quarantined[0].read_text() == '{"id": "plan", "status": "bogus"'
     assert store.load().clean
     assert store.state().tasks["plan"].status is TaskStatus.RUNNING
 
@@ -329,9 +331,9 @@ def test_snapshots_that_disagree_with_events_are_reported_and_rewritten(
     make_run: MakeRun,
 ) -> None:
     store = make_run()
-    tasks = json.loads(store.paths.tasks.read_text())
-    tasks[0]["status"] = "completed"  # someone edited the snapshot by hand
-    store.paths.tasks.write_text(json.dumps(tasks))
+    plan = json.loads(store.paths.task_file("plan").read_text())
+    plan["status"] = "completed"  # someone edited the snapshot by hand
+    store.paths.task_file("plan").write_text(json.dumps(plan))
     store.paths.applied.unlink()
 
     recovery = store.load()
@@ -340,7 +342,7 @@ def test_snapshots_that_disagree_with_events_are_reported_and_rewritten(
 
     with change(store):
         pass
-    assert json.loads(store.paths.tasks.read_text())[0]["status"] == "queued"
+    assert json.loads(store.paths.task_file("plan").read_text())["status"] == "queued"
 
 
 def test_a_run_with_no_readable_state_is_a_clear_error(make_run: MakeRun) -> None:
@@ -392,4 +394,28 @@ def test_a_damaged_mailbox_file_is_noticed_on_open_and_rewritten_by_the_next_wri
 
     bodies = [m.body for m in RunStore(store.paths).messages(Box.INBOX)]
     assert bodies == ["first", "second", "third"]
+    assert RunStore(store.paths).load().clean
+
+
+def test_a_run_an_older_crew_made_is_read_from_tasks_json_and_converted_by_its_next_writer(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    # How crew kept tasks before the task files: one JSON array in tasks.json, no tasks/.
+    older = [json.loads(store.paths.task_file(t).read_text()) for t in ("plan", "build")]
+    for task_id in ("plan", "build"):
+        store.paths.task_file(task_id).unlink()
+    store.paths.tasks_dir.rmdir()
+    store.paths.tasks.write_text(json.dumps(older, indent=2) + "\n")
+
+    recovery = RunStore(store.paths).load()
+    assert recovery.clean and recovery.state.tasks["plan"].status is TaskStatus.RUNNING
+
+    with change(RunStore(store.paths)) as txn:
+        tasks.transition(txn, "build", TaskStatus.CANCELLED, error="test")
+    assert not store.paths.tasks.exists()
+    assert json.loads(store.paths.task_file("plan").read_text())["status"] == "running"
+    assert json.loads(store.paths.task_file("build").read_text())["status"] == "cancelled"
     assert RunStore(store.paths).load().clean

@@ -90,12 +90,13 @@ def follow_tasks(txn: Txn) -> None:
     run = txn.run
     if run.status.terminal:
         return
-    tasks = txn.state.task_list()
-    if tasks and all(t.status.terminal for t in tasks):
-        completed = all(t.status is TaskStatus.COMPLETED for t in tasks)
+    counts = txn.state.counts()
+    total = len(txn.state.tasks)
+    if total and sum(n for status, n in counts.items() if status.terminal) == total:
+        completed = counts[TaskStatus.COMPLETED] == total
         end(txn, RunStatus.COMPLETED if completed else RunStatus.FAILED)
         return
-    flagged = any(t.status is TaskStatus.NEEDS_REVIEW for t in tasks)
+    flagged = counts[TaskStatus.NEEDS_REVIEW] > 0
     wanted = RunStatus.NEEDS_REVIEW if flagged else RunStatus.RUNNING
     if run.status is not wanted:
         txn.record(

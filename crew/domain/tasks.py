@@ -34,6 +34,8 @@ from crew.text import first_line, short
 _NO_QUESTION: dict[str, Any] = {"contact": None, "waiting_since": None}
 #: A dependency that ends in one of these can never complete: its dependents are cancelled.
 _BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
+#: The statuses a transaction must give a task before a dependent may need cancelling.
+_CAN_BLOCK = _BLOCKING_ENDS | {TaskStatus.QUEUED}
 
 
 def new_task(config: CrewConfig, task: TaskConfig) -> Task:
@@ -343,7 +345,7 @@ def ended(txn: Txn) -> list[Task]:
     before = txn.before.tasks
     return [
         t
-        for t in txn.state.task_list()
+        for t in txn.changed_tasks()
         if t.status.terminal and not (t.id in before and before[t.id].status.terminal)
     ]
 
@@ -351,6 +353,8 @@ def ended(txn: Txn) -> list[Task]:
 def cancel_dependents(txn: Txn) -> None:
     """A queued task whose dependency failed or was cancelled can never start: cancel it (and,
     in turn, its own dependents)."""
+    if not any(t.status in _CAN_BLOCK for t in txn.changed_tasks()):
+        return  # no task ended so as to block others, and none was queued
     changed = True
     while changed:
         changed = False

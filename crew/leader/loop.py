@@ -179,24 +179,31 @@ class Leader:
     def _outcome(self) -> ExitCode:
         if self._timed_out:
             return ExitCode.TIMEOUT
-        if self.state.run.status is RunStatus.COMPLETED:
-            return ExitCode.OK
-        return ExitCode.FAILED
+        return ExitCode.OK if self.state.run.status is RunStatus.COMPLETED else ExitCode.FAILED
 
     def _wait(self, timeout: float) -> None:
-        for key, _mask in self._selector.select(timeout):
-            kind, worker = key.data
-            if worker is None:
+        """Sleep until a worker, the wake-up pipe or another's write needs the leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            woken = False
+            for key, _mask in self._selector.select(timeout):
+                kind, worker = key.data
+                if worker is not None:
+                    woken = True
+                    with self.guard.guarding(worker):
+                        self.workers.handle(kind, worker, key.fd)
+                    continue
+                # The leader's own writes wake the watcher too: slept through, not read again.
                 self.wakeups.handle(kind)
-                self._dirty = True
-            else:
-                with self.guard.guarding(worker):
-                    self.workers.handle(kind, worker, key.fd)
+                self._dirty = self._dirty or self.view.stale()
+                woken = woken or self._dirty or kind != "files" or self.wakeups.failed
+            timeout = deadline - time.monotonic()
+            if woken or timeout <= 0:
+                return
 
     def _note_watcher_failure(self) -> None:
         """Say that the file watcher failed and the leader polls now: an event, leader.json."""
-        failure = self.wakeups.failure()
-        if failure is not None:
+        if (failure := self.wakeups.failure()) is not None:
             self.health.watcher_failed(*failure, now_using=self.wakeups.kind)
 
     # ------------------------------------------------------------------ workers
@@ -342,9 +349,8 @@ class Leader:
 
     def _time_out_run(self, now: float) -> None:
         """`crew run --timeout`: when it passes, what is left is cancelled and the run fails."""
-        if self.run_deadline is None or now < self.run_deadline or self._timed_out:
-            return
-        if self.state.run.status.terminal:
+        ended = self.state.run.status.terminal  # in time
+        if self.run_deadline is None or now < self.run_deadline or self._timed_out or ended:
             return
         assert self.run_timeout is not None
         with self.view.change() as txn:
@@ -436,8 +442,8 @@ class Leader:
         verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)
         if verdict.action is not None:
             self._act(worker, task, verdict, now)
-            # What was done is not in flight any more: judged again, a pending nudge.
-            task = self.state.task(task.id)
+            # Judged again as it is now (a flag it raised observed at once), a nudge pending.
+            worker.clock.observe((task := self.state.task(task.id)).status, now)
             verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=True)
         return verdict.next_check
 
@@ -475,8 +481,7 @@ class Leader:
         return ExitCode.INTERRUPTED
 
     def _crashed(self, error: Exception) -> LeaderCrashed:
-        """The leader cannot go on: say why (Health.crashed) and stop the workers; the run stays
-        resumable."""
+        """The leader cannot go on: say why, stop the workers; the run stays resumable."""
         crashed = self.health.crashed(error)
         with contextlib.suppress(Exception):
             self.wakeups.quiet()

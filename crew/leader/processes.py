@@ -13,7 +13,7 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Protocol
 
 from crew import env
@@ -67,8 +67,9 @@ class Workers:
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._by_task
 
-    def running(self) -> set[str]:
-        return set(self._by_task)
+    def running(self) -> Collection[str]:
+        """The ids of the tasks with a worker (a view: no copy)."""
+        return self._by_task.keys()
 
     def add(self, worker: WorkerProcess) -> None:
         """Watch a started worker's output and exit."""

@@ -16,6 +16,8 @@ def ready(state: RunState, running: Collection[str], max_parallel: int) -> list[
     """Queued tasks whose dependencies all completed, in crew.toml order, as many as may start
     beside the `running` ones."""
     room = max_parallel - len(running)
+    if room <= 0 or not state.counts()[TaskStatus.QUEUED]:
+        return []  # kept cheap: the leader asks at every turn
     found: list[Task] = []
     for task in state.task_list():
         if len(found) >= room:

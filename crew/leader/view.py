@@ -34,12 +34,14 @@ class RunView:
             jsonl.Follower(store.paths.box(b), MailboxMessage) for b in INBOUND_BOXES
         ]
         self._events = eventlog.Follower(store.paths.events)
-        #: Workers' latest output times (task id -> timestamp), not yet in tasks.json.
+        #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}
         self._next_flush = 0.0
         #: A change that reached the event log while the files that mirror it could not be
         #: written (a full disk): the next change completes them.
         self._incomplete: StoreError | None = None
+        #: The marker that named the state this view holds (None: unknown, read again).
+        self._seen = store.known
 
     @contextmanager
     def change(self) -> Iterator[Txn]:
@@ -55,6 +57,7 @@ class RunView:
                 raise
             self._incomplete = error
         self.state = txn.state
+        self._seen = self.store.known
         for message in txn.staged_mail():
             self.pending.adopt(message)
         # The state read under the lock may reflect others' writes (an answer that closed the
@@ -76,7 +79,14 @@ class RunView:
                 pass
         else:
             self.state = recovery.state
+            self._seen = self.store.known
         self._read_mailbox()
+
+    def stale(self) -> bool:
+        """Whether the run changed since this view last read or wrote it: a write of another
+        process, or one of this leader's own made past the view (a nudge, an answer). The
+        view's own writes wake the file watcher too: those need no reading."""
+        return self.store.known != self._seen or not self.store.is_current()
 
     def _read_mailbox(self) -> None:
         """Take in whatever the mailbox files gained."""
@@ -114,7 +124,7 @@ class RunView:
         return self._next_flush if self._output_times else None
 
     def flush_output_times(self, now: float) -> None:
-        """Write lastOutputAt to tasks.json, at most once a second (it changes constantly)."""
+        """Write lastOutputAt to the task files, at most once a second (it changes constantly)."""
         if not self._output_times or now < self._next_flush:
             return
         times, self._output_times = self._output_times, {}

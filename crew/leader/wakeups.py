@@ -72,6 +72,11 @@ class Wakeups:
             if failed is not None:
                 self._failed(failed, error)
 
+    @property
+    def failed(self) -> bool:
+        """Whether a watcher failure waits to be reported."""
+        return self._failure is not None
+
     def failure(self) -> tuple[WatcherKind, str] | None:
         """The watcher failure not yet reported, if any (reported once)."""
         with self._closing:

@@ -5,9 +5,12 @@ A task's processes are found three ways, and each process is signalled only once
 be that task's:
 
 - its cgroup, where crew made one for the worker (crew.procs.cgroup): the kernel keeps every
-  descendant in it, and membership is the proof;
-- the processes descended from the worker by parent pid, while the worker (or the parent) lives;
-- every process whose `/proc/<pid>/environ` carries the run's CREW_RUN_ID and the task's
+  descendant in it, and membership is the proof; then nothing else is looked at (the two ways
+  below read every process on the machine, which a leader of many workers cannot afford at
+  each worker's exit);
+- where there is no cgroup, the processes descended from the worker by parent pid, while the
+  worker (or the parent) lives;
+- and every process whose `/proc/<pid>/environ` carries the run's CREW_RUN_ID and the task's
   CREW_TASK_ID (and CREW_ATTEMPT, when one is given, and the run's CREW_STATE_DIR, since another
   home may hold a run of the same id): a child inherits them, so a daemon that was reparented to
   init is still found.
@@ -134,8 +137,12 @@ def remaining(owner: Owner) -> set[int]:
 
 
 def candidates(owner: Owner) -> set[int]:
-    """Pids that may be the task's (each still to be proven)."""
-    found: set[int] = set(owner.cgroup.pids()) if owner.cgroup is not None else set()
+    """Pids that may be the task's (each still to be proven). With a cgroup, its members: the
+    kernel keeps every descendant of the worker in it, so nothing else need be looked at (a scan
+    of every process on the machine, per worker exit, made a leader of N workers O(N²))."""
+    if owner.cgroup is not None:
+        return set(owner.cgroup.pids())
+    found: set[int] = set()
     parents: dict[int, list[int]] = {}
     for pid in _pids():
         ppid = parent_of(pid)

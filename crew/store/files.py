@@ -29,6 +29,40 @@ def fsync_enabled() -> bool:
     return env.FSYNC.enabled(default=True)
 
 
+#: Where Linux names the current boot: a new value after every reboot (and so every power cut).
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+_boot_id: list[str | None] = []
+
+
+def boot_id() -> str | None:
+    """This boot's id (None where the system does not say: then every file is fsynced).
+
+    Files written after the commit point (mailbox lines, snapshots, checkpoints, the marker)
+    are never fsynced where this is known: within one boot the page cache is what every reader
+    sees, even after the writer was killed, so only a crash of the whole system can lose them,
+    and the marker names the boot it was written in. A marker of another boot sends the next
+    reader to check every such file against the event log (docs/design.md, "Durability").
+    """
+    if not _boot_id:
+        try:
+            with open(_BOOT_ID_FILE, "rb") as handle:
+                text = handle.read(64).decode("ascii", "replace").strip()
+        except OSError:
+            text = ""
+        _boot_id.append(text if len(text) == BOOT_ID_WIDTH and " " not in text else None)
+    return _boot_id[0]
+
+
+#: A boot id's length (a UUID).
+BOOT_ID_WIDTH = 36
+
+
+def fsync_derived() -> bool:
+    """Whether files derived from the event log are fsynced: only where the boot cannot be told
+    (see `boot_id`), and never with CREW_FSYNC=0. The event log itself follows `fsync_enabled`."""
+    return fsync_enabled() and boot_id() is None
+
+
 def fsync_dir(folder: Path) -> None:
     """Make a creation, rename or removal in `folder` durable."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -249,13 +249,17 @@ def check_line(line: bytes, *, limit: int = LINE_LIMIT) -> None:
         )
 
 
-def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> int:
+def append(
+    path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT, durable: bool = True
+) -> int:
     """Append whole lines with one `write()` on an O_APPEND descriptor. Caller holds the run lock.
 
     A torn tail left by a crash is first moved to `<file>.corrupt`, so a new record is never glued
     to half of an old one. A short or failed write is rolled back and raised as StoreError: a
-    reader never sees half a record. Returns the offset where the lines begin.
+    reader never sees half a record. Returns the offset where the lines begin. `durable`: fsynced
+    (when the CREW_FSYNC policy allows); a file derived from the event log is not (files.py).
     """
+    durable = durable and fsync_enabled()
     for line in lines:
         check_line(line, limit=limit)
     data = b"".join(lines)
@@ -284,7 +288,7 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> in
                 "(is the disk full?). Nothing was recorded.",
                 errno=errno.ENOSPC,
             )
-        if fsync_enabled():
+        if durable:
             try:
                 os.fsync(fd)
             except OSError as exc:  # what the disk did keep is unknown: take the lines back
@@ -292,7 +296,7 @@ def append(path: Path, lines: Sequence[bytes], *, limit: int = LINE_LIMIT) -> in
                 raise _write_error(path, exc) from None
     finally:
         os.close(fd)
-    if created and fsync_enabled():
+    if created and durable:
         fsync_dir(path.parent)
     faults.crash_at(f"append:{path.name}")
     return start

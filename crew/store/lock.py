@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from crew import env
 from crew.clock import parse_duration
@@ -167,8 +167,14 @@ class _Hand:
     its 10 s timeout). One hand is up at a time; a hand whose process is gone is taken down
     by the next waiter that sees it. It is advice, not the lock: the lock alone excludes."""
 
+    #: Each lock's hand file, made once (a transaction takes the lock every time).
+    _paths: ClassVar[dict[Path, Path]] = {}
+
     def __init__(self, lock_path: Path) -> None:
-        self.path = lock_path.with_name(".next.lock")
+        path = self._paths.get(lock_path)
+        if path is None:
+            path = self._paths[lock_path] = lock_path.with_name(".next.lock")
+        self.path = path
         self.mine = False
 
     @property

@@ -1,10 +1,13 @@
 """`.runtime/applied`: how far the snapshots and mailbox files reflect the event log.
 
-Every transaction ends by recording the last seq the files now reflect and the size each mailbox
-file had then. A reader compares them with the log's last seq and the files' sizes: equal, and
-the files need no checking (O(1) in the length of the history); a seq behind the log is a write
-in progress or cut short; a mailbox file whose size changed outside a transaction (truncated,
-deleted, edited by hand) is checked against the whole log.
+Every transaction ends by recording the last seq the files now reflect, the size events.jsonl
+and each mailbox file had then, a count of the writes that made it, and the boot it was written
+in. A reader compares them with the files' sizes (a few `stat` calls, no read of the log): equal,
+and the files need no checking (O(1) in the length of the history); a log longer than recorded
+is a write in progress or cut short, whose tail is rolled forward; a mailbox file whose size
+changed outside a transaction (truncated, deleted, edited by hand) is checked against the whole
+log, and so is everything when the marker was written in another boot: the files written after
+the commit point are not fsynced, so a power cut may have lost their last writes.
 
 The marker is overwritten in place, fixed width, with a checksum a reader verifies; no fsync and
 no atomic replace (which costs ~0.5 ms a transaction on ext4): a marker lost or torn only makes
@@ -20,7 +23,13 @@ from dataclasses import dataclass
 from crew import faults
 from crew.paths import RunPaths
 from crew.registry import Box
-from crew.store.files import make_dirs, open_fd, read_bytes
+from crew.store.files import BOOT_ID_WIDTH, boot_id, make_dirs, open_fd
+
+#: The marker's format: its first field (an older crew's marker has none, and is not trusted).
+_FORMAT = b"2"
+#: Stands for the boot id where the system does not say (then every file is fsynced).
+_NO_BOOT = b"-" * BOOT_ID_WIDTH
+_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -28,8 +37,19 @@ class Applied:
     """What the marker says."""
 
     seq: int
+    #: events.jsonl's size in bytes once that seq was written.
+    events_size: int
+    #: How many transactions wrote the marker (one that changed only volatile fields too).
+    writes: int
+    #: The boot the marker was written in (None: unknown).
+    boot: str | None
     #: Each mailbox file's size in bytes, in `Box` order (a missing file has size 0).
     sizes: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """What names the state the files held when the marker was written."""
+        return (self.seq, self.events_size, self.writes)
 
 
 def mailbox_sizes(paths: RunPaths) -> tuple[int, ...]:
@@ -43,32 +63,56 @@ def mailbox_sizes(paths: RunPaths) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def write(paths: RunPaths, seq: int) -> None:
-    """Record that the files reflect the log up to `seq`, as they are now. Caller holds the lock."""
-    fields = b" ".join(b"%020d" % n for n in (seq, *mailbox_sizes(paths)))
+def file_size(path: os.PathLike[str]) -> int:
+    """A file's size (0 if it is missing)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def write(paths: RunPaths, applied: Applied) -> None:
+    """Record that the files are as `applied` says. Caller holds the lock."""
+    boot = applied.boot.encode() if applied.boot is not None else _NO_BOOT
+    numbers = (applied.seq, applied.events_size, applied.writes)
+    fields = b" ".join(
+        [_FORMAT, *(b"%020d" % n for n in numbers), boot, *(b"%020d" % n for n in applied.sizes)]
+    )
     data = fields + b" %08x\n" % zlib.crc32(fields)
-    make_dirs(paths.runtime_dir)
-    fd = open_fd(paths.applied, os.O_WRONLY | os.O_CREAT)
+    try:
+        fd = open_fd(paths.applied, os.O_WRONLY | os.O_CREAT)
+    except FileNotFoundError:
+        make_dirs(paths.runtime_dir)
+        fd = open_fd(paths.applied, os.O_WRONLY | os.O_CREAT)
     try:
         os.pwrite(fd, data, 0)
     finally:
         os.close(fd)
-    faults.crash_at(f"write:{paths.applied.name}")
+    faults.crash_at("write:applied")
+
+
+def now(paths: RunPaths, seq: int, writes: int) -> Applied:
+    """A marker for `seq` describing the files as they are now (their sizes read)."""
+    return Applied(seq, file_size(paths.events), writes, boot_id(), mailbox_sizes(paths))
 
 
 def read(paths: RunPaths) -> Applied | None:
     """What the marker says (None: missing, torn, or from an older crew — check everything)."""
     try:
-        raw = read_bytes(paths.applied)
+        fd = open_fd(paths.applied, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    try:
+        raw = os.read(fd, _LENGTH)
+    finally:
+        os.close(fd)
     fields, _, check = raw.strip().rpartition(b" ")
-    numbers = fields.split(b" ")
-    if (
-        len(numbers) != 1 + len(Box)
-        or not all(n.isdigit() for n in numbers)
-        or check != b"%08x" % zlib.crc32(fields)
-    ):
+    parts = fields.split(b" ")
+    if len(parts) != 5 + len(Box) or parts[0] != _FORMAT or check != b"%08x" % zlib.crc32(fields):
         return None
-    seq, *sizes = (int(n) for n in numbers)
-    return Applied(seq, tuple(sizes))
+    numbers = [*parts[1:4], *parts[5:]]
+    if not all(n.isdigit() for n in numbers):
+        return None
+    seq, events_size, writes, *sizes = (int(n) for n in numbers)
+    boot = None if parts[4] == _NO_BOOT else parts[4].decode("ascii", "replace")
+    return Applied(seq, events_size, writes, boot, tuple(sizes))

@@ -3,7 +3,7 @@
 Reading a run's whole history (`crew doctor`) takes as long as the history is big: seconds for a
 large run. Under the run lock, that would stall the leader and every writer for as long. So the
 reader takes the lock only to pin the run: it keeps the bytes of the snapshots (small, and
-replaced whole by every transaction) and notes how long each append-only file is. It then reads
+replaced whole when they change) and notes how long each append-only file is. It then reads
 the logs unlocked, up to those lengths: they are only ever appended to, so those bytes are still
 what they were at the pin. Last, it checks the pin held: a log replaced meanwhile (a repair
 rewrites it under a new inode) or cut back (setting aside a transaction cut short) shows as a
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from crew.paths import RunPaths
 from crew.registry import Box
-from crew.store.files import open_fd, read_bytes
+from crew.store.files import open_fd
+from crew.store.snapshots import Snapshots
 
 #: How much of the end of each log a pin keeps, to tell that it was not rewritten.
 _CHECKED = 4096
@@ -35,8 +36,12 @@ class _Log:
 class Pin:
     """The run's files as they were when pinned."""
 
-    #: The snapshots' bytes (None: the file was missing).
-    snapshots: dict[Path, bytes | None]
+    #: manifest.json's bytes (None: missing).
+    manifest: bytes | None
+    #: The task files' bytes by task id (None: an older run, whose tasks are in tasks.json).
+    tasks: dict[str, bytes] | None
+    #: That older run's tasks.json (None: missing, or not needed).
+    legacy: bytes | None
     _logs: dict[Path, _Log]
 
     def end(self, path: Path) -> int | None:
@@ -47,17 +52,12 @@ class Pin:
 
 def take(paths: RunPaths) -> Pin:
     """Pin the run's files as they are now. The caller holds the run lock."""
-    snapshots: dict[Path, bytes | None] = {}
-    for path in (paths.manifest, paths.tasks):
-        try:
-            snapshots[path] = read_bytes(path)
-        except FileNotFoundError:
-            snapshots[path] = None
+    manifest, tasks, legacy = Snapshots(paths).read_raw()
     logs = {}
     for path in (paths.events, *(paths.box(box) for box in Box)):
         log = _look(path)
         logs[path] = log if log is not None else _Log(0, 0, b"")
-    return Pin(snapshots, logs)
+    return Pin(manifest, tasks, legacy, logs)
 
 
 def holds(pin: Pin) -> bool:

@@ -10,48 +10,46 @@ on disk before doing anything else, so only the last transaction can ever be inc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from crew.errors import Corrupt, CrewTimeout, NotFound, Refused, StaleLeader, StoreError
+from crew.errors import Corrupt, CrewTimeout, NotFound, StaleLeader, StoreError
 from crew.models import (
-    STATE_VERSION,
     Checkpoint,
     Event,
     MailboxMessage,
     Run,
-    RunAdapter,
     Task,
-    TaskList,
 )
 from crew.paths import Home, RunPaths
-from crew.registry import Box, EventType, MessageStatus
-from crew.store import eventlog, jsonl, marker, snapshot
-from crew.store.files import make_dirs, read_bytes, refuse_link, refuse_writable_by_others
+from crew.registry import Box, EventType
+from crew.store import eventlog, jsonl, mailbox_repair, marker, snapshot
+from crew.store.files import (
+    boot_id,
+    fsync_derived,
+    make_dirs,
+    read_bytes,
+    refuse_link,
+    refuse_writable_by_others,
+)
 from crew.store.lock import lock_timeout, locked
 from crew.store.pin import Pin
+from crew.store.snapshots import Identity, Snapshots
 from crew.store.state import (
     Recovery,
     RunState,
     apply_event,
     checkpoints_in,
     describe_cut,
-    messages_by_box,
     ordered,
     rebuild,
     same_state,
+    shown,
 )
 from crew.store.txn import Txn
-
-#: A status never goes back: a mailbox line that is behind the log's is out of date.
-_MESSAGE_RANK = {
-    MessageStatus.PENDING: 0,
-    MessageStatus.DELIVERED: 1,
-    MessageStatus.ACKNOWLEDGED: 2,
-    MessageStatus.REJECTED: 2,
-}
 
 Settle = Callable[[Txn], None]
 #: How long a reader waits for a writer to finish before reporting what it saw.
@@ -66,11 +64,18 @@ class RunStore:
     def __init__(self, paths: RunPaths) -> None:
         _check_folders(paths)
         self.paths = paths
-        #: The last bytes read or written of each snapshot, and the model they hold: an
-        #: unchanged file is not validated again (a long-lived leader reads them constantly).
-        self._snapshots: dict[Path, tuple[bytes, Any]] = {}
+        #: manifest.json and the task files, each validated once per content.
+        self.snapshots = Snapshots(paths)
         #: Each mailbox file folded by id, kept up to date by reading only what was appended.
         self._folds: dict[Box, _Fold] = {}
+        #: The marker as this store last found it true (read and checked, or written), and the
+        #: state the files held then: while the marker is unchanged, that state is the run's,
+        #: and nothing needs reading but the marker and the files' sizes.
+        self._known: marker.Applied | None = None
+        self._known_state: RunState | None = None
+        #: The snapshots' identity (inode, size, mtime) when `_known_state` was taken: a file
+        #: edited or replaced outside a transaction is read again.
+        self._known_files: Identity | None = None
 
     @property
     def run_id(self) -> str:
@@ -95,9 +100,25 @@ class RunStore:
             return recovery
         try:
             with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
-                return self.recover()
-        except (CrewTimeout, StoreError):  # a busy lock, or a folder it cannot take it in
+                recovery = self.recover()
+                if self._all_checked(recovery):
+                    self.write_applied(recovery.last_seq)  # the next reader need not check
+                    self.remember(recovery.state.copy())
+                return recovery
+        except (CrewTimeout, StoreError, OSError):  # a busy lock, or a folder it cannot write
             return recovery
+
+    def _all_checked(self, recovery: Recovery) -> bool:
+        """Whether a full check found every file as the log describes it (nothing to repair):
+        then a reader may write the marker, as a writer would."""
+        return (
+            recovery.full
+            and not (recovery.broken or recovery.mismatch or recovery.gaps or recovery.cut)
+            and recovery.history_gap is None
+            and all(
+                self.checkpoint(c.task_id) == c for c in checkpoints_in(recovery.unapplied).values()
+            )
+        )
 
     def state(self) -> RunState:
         return self.load().state
@@ -152,7 +173,7 @@ class RunStore:
         before anything is written. `settle` runs just before the commit (crew.domain uses it to
         apply the rules that follow from the staged changes).
         """
-        if not self.paths.manifest.exists() and not self.paths.events.exists():
+        if self._known is None and not (self.paths.manifest.exists() or self.paths.events.exists()):
             raise NotFound(f"Run {self.run_id} has no state files at {self.paths.root}.")
         with self.lock():
             recovery = self.recover()
@@ -162,7 +183,7 @@ class RunStore:
                     f"Run {self.run_id} is now led by epoch {recovery.state.run.leader_epoch}, "
                     f"not {epoch}: this leader was taken over and stops without writing."
                 )
-            txn = Txn(self, recovery.state.copy(), recovery.last_seq, repairs)
+            txn = Txn(self, recovery.state, recovery.last_seq, repairs)  # a state of its own
             if repairs:
                 txn.record(
                     EventType.STATE_REPAIRED,
@@ -174,27 +195,55 @@ class RunStore:
                 settle(txn)
             txn.commit()
 
-    def write_snapshots(self, state: RunState, *, tasks: bool, run: bool) -> None:
-        """Replace tasks.json and/or manifest.json with `state`. Caller holds the lock."""
-        if tasks:
-            task_list = state.task_list()
-            data = snapshot.dump_list(TaskList, task_list)
-            snapshot.write_atomic(self.paths.tasks, data)
-            self._snapshots[self.paths.tasks] = (data, task_list)
-        if run:
-            data = snapshot.dump_model(state.run)
-            snapshot.write_atomic(self.paths.manifest, data)
-            self._snapshots[self.paths.manifest] = (data, state.run)
+    def write_snapshots(self, state: RunState, *, tasks: bool | Collection[str], run: bool) -> None:
+        """Replace manifest.json (if `run`) and the files of the tasks named (`tasks=True`:
+        every task). Caller holds the lock."""
+        named: Collection[str] = () if isinstance(tasks, bool) else tasks
+        every = tasks is True or (bool(named) and self.snapshots.legacy)
+        chosen = state.task_list() if every else [state.tasks[t] for t in named]
+        self.snapshots.write(state.run if run else None, chosen, every_task=every)
 
     def write_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Replace a task's checkpoint file. Caller holds the lock."""
         make_dirs(self.paths.checkpoints_dir)
         path = self.paths.checkpoint(checkpoint.task_id)
-        snapshot.write_atomic(path, snapshot.dump_model(checkpoint))
+        snapshot.write_atomic(path, snapshot.dump_model(checkpoint), durable=fsync_derived())
 
-    def write_applied(self, seq: int) -> None:
-        """Record the last seq the files reflect, and the mailbox files' sizes. Locked."""
-        marker.write(self.paths, seq)
+    def write_applied(
+        self, seq: int, *, events_size: int | None = None, ends: dict[Box, int] | None = None
+    ) -> None:
+        """Record the last seq the files reflect, and the files' sizes. Locked.
+
+        A transaction that began on a marker it checked passes the sizes its appends ended at
+        (`events_size`, `ends`): nothing needs measuring. Otherwise the files are measured.
+        """
+        base = self._known
+        if base is not None and events_size is not None:
+            ends = ends or {}
+            sizes = tuple(ends.get(box, size) for box, size in zip(Box, base.sizes, strict=True))
+            applied = marker.Applied(seq, events_size, base.writes + 1, boot_id(), sizes)
+        else:
+            old = base or marker.read(self.paths)
+            applied = marker.now(self.paths, seq, old.writes if old is not None else 1)
+            if applied != old:  # a marker that says nothing new is written back as it was
+                applied = replace(applied, writes=applied.writes + 1)
+        self._known, self._known_state = None, None  # until the marker is written
+        marker.write(self.paths, applied)
+        self._known = applied
+
+    @property
+    def known(self) -> marker.Applied | None:
+        """The marker as this store last found it true (None: not since its last doubt)."""
+        return self._known
+
+    def remember(self, state: RunState) -> None:
+        """The files now hold `state`, as the marker just written says."""
+        self._known_state = state if self._known is not None else None
+        self._known_files = self.snapshots.identity()
+
+    def forget(self) -> None:
+        """What this store knew of the files may be wrong (a write failed half-way)."""
+        self._known, self._known_state = None, None
 
     # ---------------------------------------------------------------- recovery
 
@@ -202,6 +251,11 @@ class RunStore:
         """Load the state; `full` checks the snapshots and mailbox against the whole event log.
         With a `pin` (taken under the lock), that full check reads the files as pinned, and
         needs no lock (crew/store/pin.py)."""
+        if not full and pin is None:
+            clean = self._recover_clean()
+            if clean is not None:
+                return clean
+        self.forget()
         full = full or pin is not None
         events_end = pin.end(self.paths.events) if pin is not None else None
         end = eventlog.tail(self.paths.events, end=events_end)
@@ -210,7 +264,11 @@ class RunStore:
         run, tasks, broken = self._read_snapshots(pin)
         if run is not None and tasks is not None and applied is not None and not full:
             state = RunState(run, ordered(run, tasks))
-            if applied.seq == last_seq and applied.sizes == marker.mailbox_sizes(self.paths):
+            if (
+                applied.seq == last_seq
+                and applied.boot == boot_id()
+                and applied.sizes == marker.mailbox_sizes(self.paths)
+            ):
                 return Recovery(state, last_seq, cut=cut)
             if applied.seq < last_seq:
                 unapplied = eventlog.after(self.paths.events, applied.seq)
@@ -219,7 +277,8 @@ class RunStore:
                 return Recovery(state, last_seq, unapplied=unapplied, cut=cut)
             if applied.seq > last_seq:
                 return Recovery(state, last_seq, history_gap=applied.seq, cut=cut)
-        # No trustworthy marker, unreadable snapshots, or a mailbox file changed outside a
+        # No trustworthy marker (missing, torn, or of another boot: a power cut may have lost
+        # what was not fsynced), unreadable snapshots, or a mailbox file changed outside a
         # transaction: check everything against the whole log.
         events = eventlog.read(self.paths.events, end=events_end, checked=True).records
         rebuilt = rebuild(events)
@@ -245,8 +304,52 @@ class RunStore:
             broken=broken,
             mismatch=mismatch,
             cut=cut,
-            gaps=self.mailbox_gaps(events, pin),
+            gaps=mailbox_repair.gaps(self.paths, events, pin),
         )
+
+    def is_current(self) -> bool:
+        """Whether the files are as this store last read or wrote them: the marker, the logs'
+        sizes and the snapshots' identity unchanged (a leader woken by its own writes)."""
+        known = self._known
+        if known is None or self._known_state is None or marker.read(self.paths) != known:
+            return False
+        try:
+            events_size = os.stat(self.paths.events).st_size
+        except FileNotFoundError:
+            return False
+        return (
+            events_size == known.events_size
+            and marker.mailbox_sizes(self.paths) == known.sizes
+            and self.snapshots.identity() == self._known_files
+        )
+
+    def _recover_clean(self) -> Recovery | None:
+        """The state, when the marker says the files reflect the whole log and it was written
+        in this boot: a read of the marker and a `stat` of each log, and of the snapshots only
+        if they changed since this store last knew them. None: look closer."""
+        applied = marker.read(self.paths)
+        if applied is None or applied.boot != boot_id():
+            return None
+        try:
+            events_size = os.stat(self.paths.events).st_size
+        except FileNotFoundError:
+            return None
+        if events_size != applied.events_size or applied.sizes != marker.mailbox_sizes(self.paths):
+            return None
+        identity = self.snapshots.identity()
+        if (
+            applied == self._known
+            and self._known_state is not None
+            and identity is not None
+            and identity == self._known_files
+        ):
+            return Recovery(self._known_state.copy(), applied.seq)
+        run, tasks, _broken = self._read_snapshots()
+        if run is None or tasks is None or marker.read(self.paths) != applied:
+            return None  # damaged, or changed while read: look closer
+        state = RunState(run, ordered(run, tasks))
+        self._known, self._known_state, self._known_files = applied, state, identity
+        return Recovery(state.copy(), applied.seq)
 
     def apply_recovery(self, recovery: Recovery) -> list[str]:
         """Under the lock: make the files reflect the recovered state. Returns what was repaired."""
@@ -258,19 +361,20 @@ class RunStore:
             repairs.append(f"set aside {describe_cut(recovery.cut)} to events.jsonl.corrupt")
         for path, why in recovery.broken:
             if why == "missing":
-                repairs.append(f"{path.name} was missing; rebuilt it from events.jsonl")
+                repairs.append(f"{shown(path)} was missing; rebuilt it from events.jsonl")
             else:
                 moved = snapshot.quarantine(path)
                 repairs.append(
-                    f"{path.name} was corrupt ({why}); set it aside as {moved.name} and rebuilt it"
+                    f"{shown(path)} was corrupt ({why}); set it aside as {moved.name} and "
+                    "rebuilt it"
                 )
         if recovery.mismatch:
-            repairs.append("rewrote tasks.json and manifest.json to match events.jsonl")
+            repairs.append("rewrote the task files and manifest.json to match events.jsonl")
         repairs.extend(self._rewrite_checkpoints(recovery.unapplied))
         if recovery.full:
-            repairs.extend(self._reconcile_mailbox_full(recovery.gaps))
+            repairs.extend(mailbox_repair.rewrite_gaps(self.paths, recovery.gaps))
         else:
-            repairs.extend(self._reapply_mailbox_tail(recovery.unapplied))
+            repairs.extend(mailbox_repair.reapply_tail(self.paths, recovery.unapplied))
             if recovery.unapplied:
                 repairs.append(
                     f"completed an interrupted write ({len(recovery.unapplied)} event(s))"
@@ -278,6 +382,7 @@ class RunStore:
         if (recovery.unapplied and not recovery.full) or recovery.broken or recovery.mismatch:
             self.write_snapshots(recovery.state, tasks=True, run=True)
         self.write_applied(recovery.last_seq)
+        self.remember(recovery.state.copy())
         removed = snapshot.remove_leftovers(*self.temp_folders())
         if removed:
             repairs.append(f"removed {len(removed)} temp file(s) of interrupted writes")
@@ -285,71 +390,19 @@ class RunStore:
 
     def temp_folders(self) -> tuple[Path, ...]:
         """Where atomic writes put their temp files."""
-        return (self.paths.root, self.paths.checkpoints_dir, self.paths.runtime_dir)
-
-    def mailbox_gaps(
-        self, events: list[Event], pin: Pin | None = None
-    ) -> dict[Box, list[MailboxMessage]]:
-        """Messages whose latest evented version their mailbox file lacks (or has older)."""
-        gaps: dict[Box, list[MailboxMessage]] = {}
-        for box, messages in messages_by_box(events).items():
-            expected = jsonl.fold(messages, _message_id)
-            path = self.paths.box(box)
-            end = pin.end(path) if pin is not None else None
-            have = jsonl.fold(jsonl.read(path, MailboxMessage, end=end).records, _message_id)
-            missing = [
-                m
-                for m in expected.values()
-                if m.id not in have or (have[m.id] != m and _progress(m) >= _progress(have[m.id]))
-            ]
-            if missing:
-                gaps[box] = missing
-        return gaps
+        return (
+            self.paths.root,
+            self.paths.tasks_dir,
+            self.paths.checkpoints_dir,
+            self.paths.runtime_dir,
+        )
 
     def _read_snapshots(
         self, pin: Pin | None = None
     ) -> tuple[Run | None, list[Task] | None, list[tuple[Path, str]]]:
-        broken: list[tuple[Path, str]] = []
-        run: Run | None = None
-        tasks: list[Task] | None = None
-        try:
-            run = self._load(self.paths.manifest, RunAdapter, pin)
-            _check_version(self.paths.manifest, run)
-        except FileNotFoundError:
-            broken.append((self.paths.manifest, "missing"))
-        except Corrupt as exc:
-            broken.append((self.paths.manifest, _detail(exc)))
-        try:
-            tasks = self._load(self.paths.tasks, TaskList, pin)
-        except FileNotFoundError:
-            broken.append((self.paths.tasks, "missing"))
-        except Corrupt as exc:
-            broken.append((self.paths.tasks, _detail(exc)))
-        return run, tasks, broken
-
-    def _load(self, path: Path, adapter: Any, pin: Pin | None = None) -> Any:
-        raw = read_bytes(path) if pin is None else pin.snapshots.get(path)
-        if raw is None:
-            raise FileNotFoundError(path)
-        cached = self._snapshots.get(path)
-        if cached is not None and cached[0] == raw:
-            return cached[1]
-        model = snapshot.parse(raw, adapter, path)
-        self._snapshots[path] = (raw, model)
-        return model
-
-    def _reapply_mailbox_tail(self, events: list[Event]) -> list[str]:
-        """Append the mailbox lines of unapplied events that did not reach their files."""
-        repairs: list[str] = []
-        for box, expected in messages_by_box(events).items():
-            path = self.paths.box(box)
-            present = jsonl.tail_records(path, MailboxMessage, len(expected))
-            done = _applied_prefix(present, expected)
-            missing = expected[done:]
-            if missing:
-                jsonl.append(path, [m.to_line() for m in missing])
-                repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
-        return repairs
+        if pin is None:
+            return self.snapshots.read(*self.snapshots.read_raw())
+        return self.snapshots.read(pin.manifest, pin.tasks, pin.legacy)
 
     def _rewrite_checkpoints(self, events: list[Event]) -> list[str]:
         """Write the latest checkpoint the events carry where its file does not hold it."""
@@ -359,15 +412,6 @@ class RunStore:
                 continue
             self.write_checkpoint(checkpoint)
             repairs.append(f"re-wrote {self.paths.checkpoint(checkpoint.task_id).name}")
-        return repairs
-
-    def _reconcile_mailbox_full(self, gaps: dict[Box, list[MailboxMessage]]) -> list[str]:
-        """After a full check: bring each message up to its latest evented version."""
-        repairs: list[str] = []
-        for box, missing in gaps.items():
-            path = self.paths.box(box)
-            jsonl.append(path, [m.to_line() for m in missing])
-            repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
         return repairs
 
 
@@ -388,43 +432,12 @@ class _Fold:
         return self._messages
 
 
-def _applied_prefix(present: list[MailboxMessage], expected: list[MailboxMessage]) -> int:
-    """How many of `expected` already end the file: the longest prefix matching its tail."""
-    for count in range(min(len(present), len(expected)), 0, -1):
-        if present[len(present) - count :] == expected[:count]:
-            return count
-    return 0
-
-
-def _progress(message: MailboxMessage) -> tuple[int, int]:
-    """How far a message's life has gone: lines of a later round (`carried`) come after."""
-    return (message.carried, _MESSAGE_RANK[message.status])
-
-
-def _message_id(message: MailboxMessage) -> str:
-    return message.id
-
-
-def _detail(exc: Corrupt) -> str:
-    text = exc.message
-    start, end = text.find("("), text.rfind(")")
-    return text[start + 1 : end] if 0 <= start < end else text
-
-
-def _check_version(path: Path, run: Run) -> None:
-    if run.state_version > STATE_VERSION:
-        raise Refused(
-            f"{path} was written by a newer crew (state version {run.state_version}; "
-            f"this crew reads up to {STATE_VERSION}).",
-            hint="Upgrade crew to work with this run.",
-        )
-
-
 def _check_folders(paths: RunPaths) -> None:
     """Refused if the run's folders are links, or other users may write to the state folder
     (crew/store/files.py says why)."""
     for folder in (
         paths.root,
+        paths.tasks_dir,
         paths.mailbox_dir,
         paths.logs_dir,
         paths.checkpoints_dir,

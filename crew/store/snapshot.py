@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -19,13 +20,20 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, *, durable: bool = True, label: str | None = None
+) -> None:
     """Replace `path` with `data` so a reader sees the old content or the new, never a mix.
 
-    `durable` fsyncs the file and its folder (when the CREW_FSYNC policy allows).
+    `durable` fsyncs the file and its folder (when the CREW_FSYNC policy allows); the run's
+    snapshots are derived from the event log and are not (crew/store/files.py says why).
+    `label` names the file in fault points (default: its name; `tasks/<taskId>.json` for a
+    task's snapshot, which a checkpoint's name would otherwise share).
     """
     durable = durable and fsync_enabled()
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    folder, name = os.path.split(os.fspath(path))
+    temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    replaced = False
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
@@ -34,17 +42,20 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        faults.crash_at(f"temp:{path.name}")
+        faults.crash_at(f"temp:{label or name}")
         os.replace(temp, path)
+        replaced = True
         if durable:
             fsync_dir(path.parent)
-        faults.crash_at(f"replace:{path.name}")
+        faults.crash_at(f"replace:{label or name}")
     except OSError as exc:
         raise StoreError(
             f"Could not write {path}: {exc.strerror}. It was left as it was.", errno=exc.errno
         ) from None
     finally:
-        temp.unlink(missing_ok=True)
+        if not replaced:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
 
 
 def leftovers(*folders: Path) -> list[Path]:

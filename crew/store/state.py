@@ -7,12 +7,13 @@ folding the log is how a crashed write is completed and how a lost snapshot is r
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crew.errors import NotFound
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
-from crew.registry import Box
+from crew.registry import Box, TaskStatus
 
 #: Task fields the leader refreshes without an event (too frequent to log); ignored when comparing
 #: snapshots with the state rebuilt from events.
@@ -25,9 +26,28 @@ class RunState:
 
     run: Run
     tasks: dict[str, Task]
+    #: How many tasks have each status: counted once, then kept up to date by `put`, so the
+    #: rules that ask "have all tasks ended?" cost the same whatever the number of tasks.
+    _counts: Counter[TaskStatus] | None = field(default=None, repr=False, compare=False)
 
     def task_list(self) -> list[Task]:
         return list(self.tasks.values())
+
+    def put(self, task: Task) -> None:
+        """Set a task's new state (the only way a task is changed)."""
+        counts = self._counts
+        if counts is not None:
+            old = self.tasks.get(task.id)
+            if old is not None:
+                counts[old.status] -= 1
+            counts[task.status] += 1
+        self.tasks[task.id] = task
+
+    def counts(self) -> Counter[TaskStatus]:
+        """How many tasks have each status (a status no task has may be missing or 0)."""
+        if self._counts is None:
+            self._counts = Counter(t.status for t in self.tasks.values())
+        return self._counts
 
     def task(self, task_id: str) -> Task:
         """The task with this id (NotFound, naming the run's tasks, if there is none)."""
@@ -42,7 +62,8 @@ class RunState:
     def copy(self) -> RunState:
         # Models are never changed in place (every change makes a new one): a shallow copy
         # is enough for a transaction to work on.
-        return RunState(self.run, dict(self.tasks))
+        counts = None if self._counts is None else Counter(self._counts)
+        return RunState(self.run, dict(self.tasks), counts)
 
 
 @dataclass
@@ -79,13 +100,13 @@ class Recovery:
 
     def warnings(self) -> list[str]:
         notes = [
-            f"{path.name} is {why if why == 'missing' else f'unreadable ({why})'}; "
+            f"{shown(path)} is {why if why == 'missing' else f'unreadable ({why})'}; "
             "showing the state rebuilt from events.jsonl"
             for path, why in self.broken
         ]
         if self.mismatch:
             notes.append(
-                "tasks.json or manifest.json disagrees with events.jsonl; showing the state the "
+                "the task files or manifest.json disagree with events.jsonl; showing the state the "
                 "events describe (`crew doctor --repair` rewrites the snapshots)"
             )
         if self.unapplied and not self.full:
@@ -110,6 +131,11 @@ class Recovery:
                 f"{self.history_gap}: some history is missing"
             )
         return notes
+
+
+def shown(path: Path) -> str:
+    """A snapshot's name as messages show it: `manifest.json`, `tasks/<taskId>.json`."""
+    return f"{path.parent.name}/{path.name}" if path.parent.name == "tasks" else path.name
 
 
 def describe_cut(cut: list[Event]) -> str:
@@ -137,7 +163,7 @@ def apply_event(state: RunState, event: Event) -> None:
     if event.run_state is not None:
         state.run = event.run_state
     if event.task_state is not None:
-        state.tasks[event.task_state.id] = event.task_state
+        state.put(event.task_state)
 
 
 def same_state(a: RunState, b: RunState) -> bool:

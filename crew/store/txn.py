@@ -7,8 +7,14 @@ Commit writes, in this order:
 1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point
    (framed by `endSeq`, so a write cut short is told apart from a whole one: see eventlog.py);
 2. the mailbox lines, one `write()` per mailbox file;
-3. tasks.json and manifest.json, if they changed, and checkpoints (atomic replace);
-4. `.runtime/applied`: the last seq the files now reflect.
+3. the snapshot of each task it changed (`tasks/<taskId>.json`), manifest.json if the run
+   changed, and checkpoints (atomic replace; a transaction never rewrites what it did not
+   change, so it costs the same whatever the number of tasks);
+4. `.runtime/applied`: the last seq the files now reflect, and the logs' sizes.
+
+Only step 1 is fsynced: everything after it can be derived from the log, and a power cut that
+loses a later write is found through the marker (which names its boot) and repaired from the log
+(docs/design.md, "Durability").
 
 A crash between 1 and 4 leaves events that the other files do not reflect yet; the next writer
 (and every reader, in memory) rolls them forward from the events, which carry the new state.
@@ -26,6 +32,7 @@ from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType
 from crew.store import eventlog, jsonl
+from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
 
 if TYPE_CHECKING:
@@ -46,7 +53,8 @@ class Txn:
         self._last_seq = last_seq
         self._events: list[Event] = []
         self._mail: list[MailboxMessage] = []
-        self._tasks_dirty = False
+        #: The tasks whose snapshot files this transaction rewrites.
+        self._dirty_tasks: set[str] = set()
         self._run_dirty = False
         self._staged: dict[Box, dict[str, MailboxMessage]] = {}
         self._checkpoints: list[Checkpoint] = []
@@ -64,6 +72,13 @@ class Txn:
     def next_seq(self) -> int:
         """The seq the next event recorded in this transaction will get."""
         return self._last_seq + 1
+
+    def changed_tasks(self) -> list[Task]:
+        """The tasks this transaction changed, as they are now, in the run's task order."""
+        tasks = self.state.tasks
+        if len(self._dirty_tasks) < 2:
+            return [tasks[t] for t in self._dirty_tasks]
+        return [t for t in tasks.values() if t.id in self._dirty_tasks]
 
     @property
     def changed(self) -> bool:
@@ -91,8 +106,8 @@ class Txn:
         applies)."""
         payload = {**self._caused_by, **(data or {})}
         if task is not None:
-            self.state.tasks[task.id] = task
-            self._tasks_dirty = True
+            self.state.put(task)
+            self._dirty_tasks.add(task.id)
             payload[EventData.TASK] = task.to_dict()
             task_id = task_id or task.id
         if run is not None:
@@ -127,8 +142,8 @@ class Txn:
         unknown = set(volatile) - VOLATILE_TASK_FIELDS
         if unknown:
             raise ValueError(f"not volatile fields: {', '.join(sorted(unknown))}")
-        self.state.tasks[task_id] = self.task(task_id).model_copy(update=volatile)
-        self._tasks_dirty = True
+        self.state.put(self.task(task_id).model_copy(update=volatile))
+        self._dirty_tasks.add(task_id)
 
     def messages(self, box: Box) -> Mapping[str, MailboxMessage]:
         """The folded mailbox as it will be after this transaction: the file's fold (read up to
@@ -141,25 +156,37 @@ class Txn:
 
     def commit(self) -> None:
         """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
+        store = self.store
         if not self._events:
-            if self._tasks_dirty:  # only volatile fields changed
-                self.store.write_snapshots(self.state, tasks=True, run=False)
+            if self._dirty_tasks:  # only volatile fields changed
+                store.write_snapshots(self.state, tasks=self._dirty_tasks, run=False)
+                store.write_applied(self._last_seq, events_size=self._events_size())
+                store.remember(self.state)
             return
-        paths = self.store.paths
+        paths = store.paths
         self._events = eventlog.framed(self._events)
-        jsonl.append(paths.events, [e.to_line() for e in self._events])  # the commit point
+        lines = [e.to_line() for e in self._events]
+        start = jsonl.append(paths.events, lines)  # the commit point: fsynced, the only file
         try:
             by_box: dict[Box, list[bytes]] = {}
             for mail in self._mail:
                 by_box.setdefault(mail.kind.box, []).append(mail.to_line())
-            for box, lines in by_box.items():
-                jsonl.append(paths.box(box), lines)
-            self.store.write_snapshots(self.state, tasks=self._tasks_dirty, run=self._run_dirty)
+            ends: dict[Box, int] = {}
+            for box, box_lines in by_box.items():
+                at = jsonl.append(paths.box(box), box_lines, durable=fsync_derived())
+                ends[box] = at + sum(map(len, box_lines))
+            store.write_snapshots(self.state, tasks=self._dirty_tasks, run=self._run_dirty)
             for checkpoint in self._checkpoints:
-                self.store.write_checkpoint(checkpoint)
-            self.store.write_applied(self._last_seq)
+                store.write_checkpoint(checkpoint)
+            store.write_applied(self._last_seq, events_size=start + sum(map(len, lines)), ends=ends)
+            store.remember(self.state)
         except (StoreError, OSError) as error:
             raise committed_error(error) from None
+
+    def _events_size(self) -> int | None:
+        """events.jsonl's size as this transaction's recovery checked it (None: unknown)."""
+        known = self.store.known
+        return known.events_size if known is not None else None
 
 
 def committed_error(error: StoreError | OSError) -> StoreError:

@@ -1,0 +1,81 @@
+"""Bringing the mailbox files up to what the event log records: after an interrupted write (the
+tail the marker does not cover) and after a full check (every message's latest version)."""
+
+from __future__ import annotations
+
+from crew.models import Event, MailboxMessage
+from crew.paths import RunPaths
+from crew.registry import Box, MessageStatus
+from crew.store import jsonl
+from crew.store.files import fsync_derived
+from crew.store.pin import Pin
+from crew.store.state import messages_by_box
+
+#: A status never goes back: a mailbox line that is behind the log's is out of date.
+_MESSAGE_RANK = {
+    MessageStatus.PENDING: 0,
+    MessageStatus.DELIVERED: 1,
+    MessageStatus.ACKNOWLEDGED: 2,
+    MessageStatus.REJECTED: 2,
+}
+
+
+def gaps(
+    paths: RunPaths, events: list[Event], pin: Pin | None = None
+) -> dict[Box, list[MailboxMessage]]:
+    """Messages whose latest evented version their mailbox file lacks (or has older)."""
+    found: dict[Box, list[MailboxMessage]] = {}
+    for box, messages in messages_by_box(events).items():
+        expected = jsonl.fold(messages, _message_id)
+        path = paths.box(box)
+        end = pin.end(path) if pin is not None else None
+        have = jsonl.fold(jsonl.read(path, MailboxMessage, end=end).records, _message_id)
+        missing = [
+            m
+            for m in expected.values()
+            if m.id not in have or (have[m.id] != m and _progress(m) >= _progress(have[m.id]))
+        ]
+        if missing:
+            found[box] = missing
+    return found
+
+
+def reapply_tail(paths: RunPaths, events: list[Event]) -> list[str]:
+    """Append the mailbox lines of unapplied events that did not reach their files."""
+    repairs: list[str] = []
+    for box, expected in messages_by_box(events).items():
+        path = paths.box(box)
+        present = jsonl.tail_records(path, MailboxMessage, len(expected))
+        done = _applied_prefix(present, expected)
+        missing = expected[done:]
+        if missing:
+            jsonl.append(path, [m.to_line() for m in missing], durable=fsync_derived())
+            repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
+    return repairs
+
+
+def rewrite_gaps(paths: RunPaths, missing_by_box: dict[Box, list[MailboxMessage]]) -> list[str]:
+    """After a full check: bring each message up to its latest evented version."""
+    repairs: list[str] = []
+    for box, missing in missing_by_box.items():
+        path = paths.box(box)
+        jsonl.append(path, [m.to_line() for m in missing], durable=fsync_derived())
+        repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
+    return repairs
+
+
+def _applied_prefix(present: list[MailboxMessage], expected: list[MailboxMessage]) -> int:
+    """How many of `expected` already end the file: the longest prefix matching its tail."""
+    for count in range(min(len(present), len(expected)), 0, -1):
+        if present[len(present) - count :] == expected[:count]:
+            return count
+    return 0
+
+
+def _progress(message: MailboxMessage) -> tuple[int, int]:
+    """How far a message's life has gone: lines of a later round (`carried`) come after."""
+    return (message.carried, _MESSAGE_RANK[message.status])
+
+
+def _message_id(message: MailboxMessage) -> str:
+    return message.id

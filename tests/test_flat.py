@@ -1,0 +1,88 @@
+"""A flat leader and flat transactions: what one costs must not grow with the number of tasks or
+workers. Checked by what is read and written, not by timing: a transaction writes only the
+snapshots of the tasks it changed; a leader's view is not stale after its own writes; ending an
+exited worker's processes reads only its cgroup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from conftest import SESSION
+
+from crew import verbs
+from crew.domain import change, tasks
+from crew.leader.view import RunView
+from crew.procs import tree
+from crew.procs.cgroup import Cgroup
+from crew.registry import TaskStatus
+from crew.store import snapshot
+from crew.store.runstore import RunStore
+
+MakeRun = Callable[..., RunStore]
+
+
+def test_a_transaction_rewrites_only_the_snapshots_it_changed(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    written: list[str] = []
+    real = snapshot.write_atomic
+
+    def spy(path, data, **kwargs):  # type: ignore[no-untyped-def]
+        written.append(path.name)
+        real(path, data, **kwargs)
+
+    monkeypatch.setattr(snapshot, "write_atomic", spy)
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    verbs.follow_up(store, "plan", "also the parser", session=SESSION)
+
+    assert written == ["plan.json"]  # not "build", not the whole list, not the manifest
+
+
+def test_a_view_is_not_stale_after_its_own_writes_and_is_after_anyone_elses(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    view = RunView(store, store.state().run.leader_epoch)
+    with view.change() as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    assert not view.stale()  # its own write: nothing to read again
+
+    verbs.follow_up(RunStore(store.paths), "plan", "from a shell", session=SESSION)
+    assert view.stale()  # another process's write
+    view.refresh()
+    assert not view.stale()
+
+    verbs.nudge(store, "plan", session=SESSION)  # this process, past the view
+    assert view.stale()
+
+
+def test_ending_a_worker_with_a_cgroup_reads_only_the_cgroup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Group(Cgroup):
+        def pids(self) -> list[int]:
+            return [4242]
+
+    def every_process() -> list[int]:
+        raise AssertionError("scanned every process on the machine")
+
+    monkeypatch.setattr(tree, "_pids", every_process)
+    owner = tree.Owner("20261130-034100-7f3a", "plan", root=4242, cgroup=Group(path=None))  # type: ignore[arg-type]
+    assert tree.candidates(owner) == {4242}
+
+
+def test_the_run_ends_by_counting_its_tasks_not_scanning_them(make_run: MakeRun) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+        tasks.transition(txn, "plan", TaskStatus.COMPLETED)
+    state = store.state()
+    assert state.counts()[TaskStatus.COMPLETED] == 1
+    with change(store) as txn:
+        tasks.transition(txn, "build", TaskStatus.RUNNING, attempt=1)
+        tasks.transition(txn, "build", TaskStatus.COMPLETED)
+        assert txn.state.counts()[TaskStatus.COMPLETED] == 2
+    assert store.state().run.status.terminal
