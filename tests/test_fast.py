@@ -68,7 +68,12 @@ class Twins:
         return full, CliResult(code, out.out, out.err)
 
     def same_files(self) -> None:
-        for name in ("events.jsonl", "tasks.json", "mailbox/inbox.jsonl", "mailbox/steering.jsonl"):
+        tasks = [
+            f"tasks/{p.name}"
+            for p in (self.full / "state" / "runs" / self.run_id / "tasks").iterdir()
+        ]
+        assert tasks
+        for name in ("events.jsonl", "mailbox/inbox.jsonl", "mailbox/steering.jsonl", *tasks):
             a, b = (home / "state" / "runs" / self.run_id / name for home in (self.full, self.fast))
             assert _normal(a.read_bytes() if a.exists() else b"") == _normal(
                 b.read_bytes() if b.exists() else b""
@@ -344,6 +349,16 @@ def test_a_run_that_needs_recovery_is_the_full_commands(make_run: MakeRun) -> No
     _refused(store, "status", "latest", "--json")
 
 
+def test_a_marker_of_another_boot_is_the_full_commands(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    start(store)
+    monkeypatch.setattr(runfiles, "_boot", ["0" * runfiles.BOOT_ID_WIDTH])  # "rebooted since"
+    _refused(store, "steer", "latest", "plan", "x")
+    _refused(store, "status", "latest", "--json")
+
+
 def test_a_busy_lock_or_a_raised_hand_is_the_full_commands(make_run: MakeRun) -> None:
     store = make_run()
     start(store)
@@ -417,6 +432,12 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert ids._RUN_PREFIX_RE.pattern == runfiles.RUN_PREFIX_PATTERN
     assert runfiles.LATEST == ids.LATEST
     assert runfiles.LINE_LIMIT == jsonl.LINE_LIMIT
+    from crew.store import marker as store_marker
+
+    assert runfiles.MARKER_FORMAT == store_marker._FORMAT
+    assert runfiles.BOOT_ID_FILE == store_files._BOOT_ID_FILE
+    assert runfiles.BOOT_ID_WIDTH == store_files.BOOT_ID_WIDTH
+    assert runfiles.boot_id() == store_files.boot_id()
     assert runfiles.FILE_MODE == store_files.FILE_MODE
     assert runfiles.NOT_WRITABLE_BY_OTHERS == store_files._NOT_WRITABLE_BY_OTHERS
     assert status.STATE_VERSION == models.STATE_VERSION

@@ -18,6 +18,7 @@ import stat
 import zlib
 
 from crew.fast.cmdline import Fallback
+from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -34,11 +35,13 @@ FILE_MODE = 0o644
 NOT_WRITABLE_BY_OTHERS = 0o022
 LINE_LIMIT = 1024 * 1024
 OFF = frozenset({"", "0", "false", "no", "off"})
+MARKER_FORMAT = b"2"
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+BOOT_ID_WIDTH = 36
 
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX_RE = re.compile(RUN_PREFIX_PATTERN)
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
-_TAIL = 64 * 1024
 #: Set once this process has begun to write a run's files: from then on, falling back to the
 #: full command would do the change twice.
 wrote = False
@@ -95,7 +98,6 @@ class RunFiles:
         self.run_id = run_id
         self.root = root = f"{home}/state/runs/{run_id}"
         self.manifest = f"{root}/manifest.json"
-        self.tasks = f"{root}/tasks.json"
         self.events = f"{root}/events.jsonl"
         self.lock = f"{root}/.lock"
         self.hand = f"{root}/.next.lock"
@@ -130,77 +132,131 @@ class RunFiles:
         except ValueError:
             raise Fallback from None
 
-    def clean(self) -> tuple[int, list[int]]:
-        """The last seq, and the mailbox files' sizes, when the files reflect the whole event
-        log (the applied marker agrees with both); Fallback when recovery is the full path's."""
-        seq, sizes = self._marker()
-        if seq != self.last_seq() or sizes != self.mailbox_sizes():
+    def clean(self) -> Marker:
+        """What the applied marker says, when the files reflect the whole event log: the marker
+        was written in this boot, and events.jsonl and the mailbox files are the sizes it
+        names (crew/store/runstore.py's clean check). Fallback when recovery is the full
+        path's."""
+        marker = self._marker()
+        if marker.boot != boot_id() or _size(self.events) != marker.events_size:
             raise Fallback
-        return seq, sizes
+        if self.mailbox_sizes() != marker.sizes:
+            raise Fallback
+        return marker
 
-    def last_seq(self) -> int:
-        """The seq of the log's last event, which must close its transaction."""
+    def mailbox_sizes(self) -> tuple[int, ...]:
+        return tuple(_size(self.box(name)) for name in BOXES)
+
+    def _marker(self) -> Marker:
+        """crew/store/marker.py `read`, for a marker with a known boot (Fallback otherwise)."""
         try:
-            fd = os.open(self.events, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self.applied, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             raise Fallback from None
         try:
-            size = os.fstat(fd).st_size
-            tail = os.pread(fd, min(size, _TAIL), max(0, size - _TAIL))
+            raw = os.read(fd, 256)
         finally:
             os.close(fd)
-        if not tail.endswith(b"\n"):
-            raise Fallback  # empty, or a torn write
-        start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
-        if start == 0 and size > _TAIL:
-            raise Fallback  # a last line longer than the tail read
-        try:
-            event = json.loads(tail[start:])
-            seq, end = event["seq"], event.get("endSeq")
-        except (ValueError, KeyError, TypeError):
-            raise Fallback from None
-        if not isinstance(seq, int) or (end is not None and end > seq):
-            raise Fallback  # a transaction cut short
-        return seq
-
-    def mailbox_sizes(self) -> list[int]:
-        sizes = []
-        for name in BOXES:
-            try:
-                sizes.append(os.stat(self.box(name)).st_size)
-            except FileNotFoundError:
-                sizes.append(0)
-        return sizes
-
-    def _marker(self) -> tuple[int, list[int]]:
-        try:
-            with open(self.applied, "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            raise Fallback from None
         fields, _, check = raw.strip().rpartition(b" ")
-        numbers = fields.split(b" ")
-        if len(numbers) != 1 + len(BOXES) or not all(n.isdigit() for n in numbers):
+        parts = fields.split(b" ")
+        if len(parts) != 5 + len(BOXES) or parts[0] != MARKER_FORMAT:
             raise Fallback
-        if check != b"%08x" % zlib.crc32(fields):
+        numbers = [*parts[1:4], *parts[5:]]
+        if check != b"%08x" % zlib.crc32(fields) or not all(n.isdigit() for n in numbers):
             raise Fallback
-        seq, *sizes = (int(n) for n in numbers)
-        return seq, sizes
+        seq, events_size, writes, *sizes = (int(n) for n in numbers)
+        return Marker(seq, events_size, writes, parts[4].decode("ascii", "replace"), tuple(sizes))
 
-    def write_tasks(self, tasks: list[dict[str, Any]]) -> None:
-        """Replace tasks.json (crew/store/snapshot.py `write_atomic` of `dump_list`)."""
-        data = json.dumps(tasks, ensure_ascii=False, indent=2).encode() + b"\n"
-        replace(self.tasks, data, fsync=fsync_enabled())
+    def read_tasks(self, run: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tasks, in crew.toml order (crew/store/state.py `ordered`), from their snapshot
+        files (a run an older crew made keeps them in tasks.json: the full command's)."""
+        found = read_task_snapshots(self.root)
+        order = [t["id"] for t in run["config"]["tasks"]]
+        if found is None or set(found) != set(order):
+            raise Fallback
+        tasks = [json.loads(found[task_id]) for task_id in order]
+        if not all(
+            isinstance(t, dict) and t.get("id") == i for t, i in zip(tasks, order, strict=True)
+        ):
+            raise Fallback
+        return tasks
 
-    def write_marker(self, seq: int) -> None:
-        """Record that the files reflect the log up to `seq` (crew/store/marker.py's format)."""
-        fields = b" ".join(b"%020d" % n for n in (seq, *self.mailbox_sizes()))
+    def write_task(self, task: dict[str, Any]) -> None:
+        """Replace a task's snapshot (crew/store/taskfiles.py, crew/store/snapshot.py
+        `dump_model`); it is derived from the event log, so not fsynced."""
+        data = json.dumps(task, ensure_ascii=False, indent=2).encode() + b"\n"
+        replace(f"{self.root}/{TASKS_DIR}/{task['id']}{SUFFIX}", data, fsync=False)
+
+    def write_marker(
+        self, before: Marker, seq: int, events_size: int, ends: dict[str, int]
+    ) -> None:
+        """Record that the files reflect the log up to `seq` (crew/store/marker.py `write`):
+        the sizes the appends ended at, one more write than the marker the change began on."""
+        sizes = tuple(ends.get(name, size) for name, size in zip(BOXES, before.sizes, strict=True))
+        numbers = (seq, events_size, before.writes + 1)
+        fields = b" ".join(
+            [
+                MARKER_FORMAT,
+                *(b"%020d" % n for n in numbers),
+                before.boot.encode(),
+                *(b"%020d" % n for n in sizes),
+            ]
+        )
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(self.applied, flags, FILE_MODE)
         try:
             os.pwrite(fd, fields + b" %08x\n" % zlib.crc32(fields), 0)
         finally:
             os.close(fd)
+
+
+class Marker:
+    """What `.runtime/applied` says (crew/store/marker.py `Applied`)."""
+
+    __slots__ = ("boot", "events_size", "seq", "sizes", "writes")
+
+    def __init__(
+        self, seq: int, events_size: int, writes: int, boot: str, sizes: tuple[int, ...]
+    ) -> None:
+        self.seq, self.events_size, self.writes, self.boot, self.sizes = (
+            seq,
+            events_size,
+            writes,
+            boot,
+            sizes,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Marker) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def key(self) -> tuple[object, ...]:
+        return (self.seq, self.events_size, self.writes, self.boot, self.sizes)
+
+
+_boot: list[str | None] = []
+
+
+def boot_id() -> str | None:
+    """crew/store/files.py `boot_id`: None where the system does not say (then the fast path
+    never finds a marker clean, since every file would need an fsync)."""
+    if not _boot:
+        try:
+            with open(BOOT_ID_FILE, "rb") as handle:
+                text = handle.read(64).decode("ascii", "replace").strip()
+        except OSError:
+            text = ""
+        _boot.append(text if len(text) == BOOT_ID_WIDTH and " " not in text else None)
+    return _boot[0]
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 class RunLock:
@@ -245,8 +301,9 @@ def open_append(path: str) -> int:
     return fd
 
 
-def write_lines(fd: int, data: bytes, *, fsync: bool) -> None:
-    """Append whole lines with one `write()`; on failure take them back and raise OSError."""
+def write_lines(fd: int, data: bytes, *, fsync: bool) -> int:
+    """Append whole lines with one `write()`; on failure take them back and raise OSError.
+    Returns the file's size after them."""
     global wrote  # noqa: PLW0603  # one process, one command
     wrote = True
     start = os.fstat(fd).st_size
@@ -259,6 +316,7 @@ def write_lines(fd: int, data: bytes, *, fsync: bool) -> None:
     except OSError:
         os.ftruncate(fd, start)
         raise
+    return start + len(data)
 
 
 def replace(path: str, data: bytes, *, fsync: bool) -> None:

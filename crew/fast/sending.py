@@ -15,6 +15,7 @@ from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
     LINE_LIMIT,
+    Marker,
     RunFiles,
     RunLock,
     find_home,
@@ -24,7 +25,7 @@ from crew.fast.runfiles import (
     resolve_run,
     write_lines,
 )
-from crew.fast.status import STATE_VERSION, TERMINAL_RUN_STATUSES, pending_index_path
+from crew.fast.status import pending_index_path, read_state
 from crew.store.pending import PendingIndex
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -94,8 +95,8 @@ def send(call: Call) -> int:
     files.check_folders()
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
     with RunLock(files):
-        seq, _ = files.clean()
-        run, tasks, task = _admitted(files, verb, task_id, who, body)
+        marker = files.clean()
+        run, task = _admitted(files, verb, task_id, who, body)
         limits = run["config"]["limits"]
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
@@ -109,15 +110,14 @@ def send(call: Call) -> int:
             contact = answering.question(task, body)
             data.update(answering.message_data(contact))
         message = _message(verb, task_id, body, data)
-        event = _event(seq + 1, run["runId"], verb, who, message)
+        event = _event(marker.seq + 1, run["runId"], verb, who, message)
         if verb.kind == "respond":
             closed, running = answering.answered(task, contact, message)
             event["message"] = answering.event_text(task_id, contact, _short(body))
             event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
-            tasks[tasks.index(task)] = running
-            _commit(files, verb, event, message, tasks)
+            _commit(files, marker, verb, event, message, running)
         else:
-            _commit(files, verb, event, message, None)
+            _commit(files, marker, verb, event, message, None)
     index.current()  # the index, saved with the line just written
     lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], verb, message, waiting + 1, lease)
@@ -126,28 +126,22 @@ def send(call: Call) -> int:
 
 def _admitted(
     files: RunFiles, verb: Verb, task_id: str, who: people.Session, body: str
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
-    """The run, its tasks and the task, once crew/domain/gate.py would let the message through
-    (the question an answer closes is crew/fast/answering.py's to check)."""
-    run, tasks = files.read_json(files.manifest), files.read_json(files.tasks)
-    if not isinstance(run, dict) or not isinstance(tasks, list):
-        raise Fallback
-    if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
-        raise Fallback
-    task = next((t for t in tasks if isinstance(t, dict) and t.get("id") == task_id), None)
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run and the task, once crew/domain/gate.py would let the message through (the
+    question an answer closes is crew/fast/answering.py's to check)."""
+    run, tasks = read_state(files)
+    task = next((t for t in tasks if t.get("id") == task_id), None)
     if task is None or run.get("ownerSessionId") != who.name:
         raise Fallback
-    if run.get("status") in TERMINAL_RUN_STATUSES or task.get("status") not in verb.allowed:
-        raise Fallback
+    if run.get("status") != "running" or task.get("status") not in verb.allowed:
+        raise Fallback  # an ended run; a run flagged needs_review may follow its tasks
     try:
         size = len(body.encode("utf-8"))
     except UnicodeEncodeError:
         raise Fallback from None
     if not body.strip() or size > run["config"]["limits"]["maxBodyBytes"]:
         raise Fallback
-    if run.get("status") != "running":
-        raise Fallback  # a run flagged needs_review may follow its tasks: the full command's
-    return run, tasks, task
+    return run, task
 
 
 def _message(verb: Verb, task_id: str, body: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -185,13 +179,14 @@ def _event(
 
 def _commit(
     files: RunFiles,
+    marker: Marker,
     verb: Verb,
     event: dict[str, Any],
     message: dict[str, Any],
-    tasks: list[dict[str, Any]] | None,
+    task: dict[str, Any] | None,
 ) -> None:
-    """crew/store/txn.py `commit`: the event (the commit point), the mailbox line, the tasks'
-    snapshot if a task changed, the marker."""
+    """crew/store/txn.py `commit`: the event (the commit point, the one file fsynced), the
+    mailbox line, the task's snapshot if it changed, the marker."""
     import json
 
     event_line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
@@ -202,14 +197,14 @@ def _commit(
     try:
         box = open_append(files.box(verb.box))
         try:
-            write_lines(events, event_line, fsync=fsync_enabled())
+            events_size = write_lines(events, event_line, fsync=fsync_enabled())
         except OSError:
             raise Fallback from None  # nothing was written: the full command reports it
         try:
-            write_lines(box, mail_line, fsync=fsync_enabled())
-            if tasks is not None:
-                files.write_tasks(tasks)
-            files.write_marker(event["seq"])
+            box_size = write_lines(box, mail_line, fsync=False)
+            if task is not None:
+                files.write_task(task)
+            files.write_marker(marker, event["seq"], events_size, {verb.box: box_size})
         except OSError as error:
             _committed_failure(error)
     finally:

@@ -46,16 +46,13 @@ def status(call: Call) -> int:
 
 
 def read_state(files: RunFiles) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """manifest.json and tasks.json, tasks in crew.toml order (crew/store/state.py `ordered`)."""
-    run, tasks = files.read_json(files.manifest), files.read_json(files.tasks)
-    if not isinstance(run, dict) or not isinstance(tasks, list):
+    """manifest.json and the tasks, in crew.toml order."""
+    run = files.read_json(files.manifest)
+    if not isinstance(run, dict):
         raise Fallback
     if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
         raise Fallback
-    by_id = {t["id"]: t for t in tasks}
-    in_order = {t["id"]: by_id.pop(t["id"]) for t in run["config"]["tasks"] if t["id"] in by_id}
-    in_order.update(by_id)
-    return run, list(in_order.values())
+    return run, files.read_tasks(run)
 
 
 def pending_counts(
