@@ -86,3 +86,23 @@ def test_the_run_ends_by_counting_its_tasks_not_scanning_them(make_run: MakeRun)
         tasks.transition(txn, "build", TaskStatus.COMPLETED)
         assert txn.state.counts()[TaskStatus.COMPLETED] == 2
     assert store.state().run.status.terminal
+
+
+def test_the_task_snapshots_are_read_with_the_standard_library_alone(make_run: MakeRun) -> None:
+    import json
+
+    from crew.store.taskfiles import read_task_snapshots
+
+    store = make_run()
+    (store.paths.tasks_dir / ".plan.json.123.abcd.tmp").write_text("{")  # a write in progress
+    (store.paths.tasks_dir / "plan.json.corrupt-20261130T000000Z").write_text("{")  # set aside
+    found = read_task_snapshots(store.paths.root)
+
+    assert found is not None and sorted(found) == ["build", "plan"]
+    assert json.loads(found["plan"]) == store.state().tasks["plan"].to_dict()
+    store.paths.task_file("build").unlink()
+    store.paths.task_file("plan").unlink()
+    store.paths.tasks_dir.joinpath(".plan.json.123.abcd.tmp").unlink()
+    store.paths.tasks_dir.joinpath("plan.json.corrupt-20261130T000000Z").unlink()
+    store.paths.tasks_dir.rmdir()
+    assert read_task_snapshots(store.paths.root) is None  # an older run: tasks.json
