@@ -6,7 +6,9 @@ applied marker. SQLite's side is one WAL transaction holding the same writes: BE
 read the task's row (as the gate reads the task), insert the event row, insert the mailbox row,
 update the marker row, COMMIT. Its rows carry the very lines crew wrote for a follow-up (read
 back from a crew run), so both store the same bytes. SQLite does no gate work: the comparison
-favours it.
+favours it. The same follow-ups are also done as the `crew follow-up` command does them — its
+fast path (crew/fast), which takes the lock with `flock` itself and writes the same lines without
+the models — called in process with the command's arguments.
 
 Pairs of equal durability: crew with fsync (CREW_FSYNC=1) and SQLite `synchronous=FULL` survive
 a power cut; crew without (CREW_FSYNC=0) and SQLite `synchronous=NORMAL` survive the process
@@ -17,6 +19,8 @@ the size of a run adds to a transaction. The cases take turns, round after round
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sqlite3
 import tempfile
@@ -30,6 +34,7 @@ from bench.crews import environment
 from crew import verbs
 from crew.config import parse_config
 from crew.domain.runs import create_run
+from crew.fast import fast, runfiles
 from crew.paths import Home
 from crew.registry import Box
 from crew.store.runstore import RunStore
@@ -40,6 +45,8 @@ SQLITE_FULL = "SQLite WAL transaction, synchronous=FULL"
 CREW_OFF = "crew follow-up transaction, fsync off"
 SQLITE_NORMAL = "SQLite WAL transaction, synchronous=NORMAL"
 CREW_LARGE = f"crew follow-up transaction, fsync off, {LARGE_RUN:,}-task run"
+FAST_ON = "crew follow-up, the command's fast path in process, fsync on"
+FAST_OFF = "crew follow-up, the command's fast path in process, fsync off"
 GOAL = "≥ 1.0× (equal durability)"
 SCHEMA = """
 CREATE TABLE tasks (id TEXT PRIMARY KEY, status TEXT, json TEXT);
@@ -54,7 +61,7 @@ def _config(tasks: int) -> dict[str, Any]:
     return {
         "crew": {"name": "bench"},
         "agents": {"a": {"command": ["true"]}},
-        "limits": {"maxPendingFollowUps": 100_000},
+        "limits": {"maxPendingFollowUps": 100_000, "warnPending": 100_000},
         "tasks": [
             {"id": f"t{i}", "agent": "a", "prompt": f"task {i}: fix the parser's edge cases"}
             for i in range(1, tasks + 1)
@@ -85,6 +92,26 @@ class CrewCase:
         for index in range(self.batch):
             body = f"follow-up {index}: cover the edge cases"
             verbs.follow_up(self.store, "t1", body, session="bench")
+
+
+class FastCase(CrewCase):
+    """The same follow-ups as the `crew follow-up` command does them: its fast path (crew/fast),
+    called in this process with the command's arguments (its output thrown away)."""
+
+    def setup(self) -> None:
+        super().setup()
+        os.environ["CREW_SESSION_ID"] = "bench"
+
+    def call(self) -> None:
+        assert self.store is not None
+        home = str(self.store.paths.home.root)
+        with contextlib.redirect_stdout(io.StringIO()):
+            for index in range(self.batch):
+                runfiles.wrote = False  # each call stands for a new process
+                body = f"follow-up {index}: cover the edge cases"
+                argv = ["follow-up", self.store.run_id, "t1", body, "--home", home]
+                if fast(argv) != 0:
+                    raise RuntimeError("the fast path did not take the follow-up")
 
 
 def _written_lines(folder: Path) -> tuple[str, str]:
@@ -151,6 +178,8 @@ def _rows(timings: dict[str, Any], batches: dict[str, int]) -> list[Row]:
         row(CREW_OFF, f"{rate[CREW_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", GOAL),
         row(SQLITE_NORMAL, "baseline (crash safe)"),
         row(CREW_LARGE, f"{rate[CREW_LARGE] / rate[CREW_OFF]:.2f}× the 8-task run", "flat"),
+        row(FAST_ON, f"{rate[FAST_ON] / rate[SQLITE_FULL]:.2f}× SQLite FULL", GOAL),
+        row(FAST_OFF, f"{rate[FAST_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", GOAL),
     ]
 
 
@@ -163,6 +192,8 @@ def run(quick: bool = False) -> list[Row]:
         CREW_OFF: loose,
         SQLITE_NORMAL: loose,
         CREW_LARGE: loose,
+        FAST_ON: durable,
+        FAST_OFF: loose,
     }
     with (
         environment(CREW_FSYNC="0"),
@@ -183,6 +214,8 @@ def run(quick: bool = False) -> list[Row]:
             CREW_OFF: CrewCase(folder, loose, fsync=False),
             SQLITE_NORMAL: normal,
             CREW_LARGE: CrewCase(folder, loose, tasks=LARGE_RUN, fsync=False),
+            FAST_ON: FastCase(folder, durable, fsync=True),
+            FAST_OFF: FastCase(folder, loose, fsync=False),
         }
         setup: dict[str, Callable[[], object]] = {key: case.setup for key, case in cases.items()}
         timings = measure_side_by_side(
