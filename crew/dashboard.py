@@ -27,7 +27,7 @@ from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
 from crew.text import tally, terminal_safe
-from crew.views import inbound_messages, pending_counts
+from crew.views import pending_counts, pending_messages
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -96,7 +96,7 @@ class Dashboard:
         recovery = self.store.load()
         state = recovery.state
         tasks = state.task_list()
-        messages = inbound_messages(self.store)
+        messages = pending_messages(self.store)
         self._recent = (self._recent + self._events.poll().records)[-EVENTS_SHOWN:]
         lines = {t.id: last_line(self.store.paths.log(t.id)) for t in tasks if t.attempt}
         return View(

@@ -65,9 +65,9 @@ def pending_counts(tasks: list[Task], messages: list[MailboxMessage]) -> Pending
     return found
 
 
-def inbound_messages(store: RunStore) -> list[MailboxMessage]:
-    """Every message to the run's workers, folded by id."""
-    return [m for box in INBOUND_BOXES for m in store.messages(box)]
+def pending_messages(store: RunStore) -> list[MailboxMessage]:
+    """The messages to the run's workers that wait to be delivered (the latest line of each)."""
+    return [m for box in INBOUND_BOXES for m in store.pending(box)[0].values()]
 
 
 def run_status(store: RunStore) -> StatusReport:
@@ -75,7 +75,7 @@ def run_status(store: RunStore) -> StatusReport:
     recovery = store.load()
     state = recovery.state
     tasks = state.task_list()
-    pending = pending_counts(tasks, inbound_messages(store))
+    pending = pending_counts(tasks, pending_messages(store))
     warnings = recovery.warnings()
     lease = read_lease(store.paths, stale_after=state.run.config.crew.leader_stale_after)
     log = store.paths.leader_log

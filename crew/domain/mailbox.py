@@ -71,8 +71,8 @@ def pending(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> list[Mailbo
         m
         for box in INBOUND_BOXES
         if box in boxes
-        for m in txn.messages(box).values()
-        if m.task_id == task_id and m.kind in wanted and m.status is MessageStatus.PENDING
+        for m in txn.pending(box, task_id)
+        if m.kind in wanted
     ]
 
 

@@ -25,7 +25,7 @@ from crew.models import (
     Task,
 )
 from crew.paths import Home, RunPaths
-from crew.registry import Box, EventType
+from crew.registry import Box, EventType, MessageStatus
 from crew.store import eventlog, jsonl, mailbox_repair, marker, snapshot
 from crew.store.files import (
     boot_id,
@@ -134,9 +134,20 @@ class RunStore:
 
     def fold(self, box: Box) -> dict[str, MailboxMessage]:
         """The latest line of each message of a mailbox file (do not change the result)."""
+        return self._fold_of(box).current()
+
+    def pending(self, box: Box) -> tuple[dict[str, MailboxMessage], dict[str, int]]:
+        """The messages of a mailbox file whose latest line is pending, and the place of every
+        message in first-seen order (do not change the results): what sends and status count,
+        without going through every message ever sent."""
+        fold = self._fold_of(box)
+        fold.current()
+        return fold.pending, fold.order
+
+    def _fold_of(self, box: Box) -> _Fold:
         if box not in self._folds:
             self._folds[box] = _Fold(self.paths.box(box))
-        return self._folds[box].current()
+        return self._folds[box]
 
     def peek_epoch(self) -> int | None:
         """The manifest's leader epoch, read cheaply (None if it cannot be read)."""
@@ -422,13 +433,21 @@ class _Fold:
     def __init__(self, path: Path) -> None:
         self._follower = jsonl.Follower(path, MailboxMessage)
         self._messages: dict[str, MailboxMessage] = {}
+        #: The messages whose latest line is pending, and each message's first-seen place.
+        self.pending: dict[str, MailboxMessage] = {}
+        self.order: dict[str, int] = {}
 
     def current(self) -> dict[str, MailboxMessage]:
         poll = self._follower.poll()
         if poll.reset:
-            self._messages = {}
+            self._messages, self.pending, self.order = {}, {}, {}
         for message in poll.records:
             self._messages[message.id] = message
+            self.order.setdefault(message.id, len(self.order))
+            if message.status is MessageStatus.PENDING:
+                self.pending[message.id] = message
+            else:
+                self.pending.pop(message.id, None)
         return self._messages
 
 

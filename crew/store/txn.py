@@ -30,7 +30,7 @@ from crew import clock
 from crew.errors import StoreError, from_os_error
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
-from crew.registry import Box, EventData, EventType
+from crew.registry import Box, EventData, EventType, MessageStatus
 from crew.store import eventlog, jsonl
 from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
@@ -149,6 +149,20 @@ class Txn:
         """The folded mailbox as it will be after this transaction: the file's fold (read up to
         date) with this transaction's own lines over it, in first-seen order."""
         return ChainMap(self._staged.setdefault(box, {}), self.store.fold(box))
+
+    def pending(self, box: Box, task_id: str) -> list[MailboxMessage]:
+        """A task's messages in a mailbox file that will be pending after this transaction, in
+        first-seen order (as `messages` lists them), in time that grows with them alone."""
+        pending, order = self.store.pending(box)
+        staged = self._staged.get(box, {})
+        latest = {**pending, **staged}
+        found = [
+            m for m in latest.values() if m.task_id == task_id and m.status is MessageStatus.PENDING
+        ]
+        new = len(order)  # a message first written by this transaction comes after the rest
+        places = {message_id: new + index for index, message_id in enumerate(staged)}
+        found.sort(key=lambda m: order.get(m.id, places.get(m.id, new)))
+        return found
 
     def staged_mail(self) -> list[MailboxMessage]:
         """The mailbox lines this transaction wrote (or will write), in order."""
