@@ -54,6 +54,8 @@ hold one compact object per line, keys in the same order.
 | `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
 a later line with the same `id` supersedes an earlier one |
 | `.runtime/leader.json` | [leader](#leader) |
+| `.runtime/applied`, `.runtime/<box>.pending.json` | caches of what the files above say, \
+rebuilt when missing or stale (docs/design.md: the applied marker, the pending index) |
 | `crew.toml` | [config](#config) |
 """
 
