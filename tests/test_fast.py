@@ -349,6 +349,17 @@ def test_a_run_that_needs_recovery_is_the_full_commands(make_run: MakeRun) -> No
     _refused(store, "status", "latest", "--json")
 
 
+def test_a_run_an_older_crew_made_is_the_full_commands(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    folder = store.paths.root / "tasks"
+    tasks = [json.loads((folder / f"{t}.json").read_text()) for t in ("plan", "build")]
+    shutil.rmtree(folder)
+    (store.paths.root / "tasks.json").write_text(json.dumps(tasks, indent=2) + "\n")
+    _refused(store, "steer", "latest", "plan", "x")
+    _refused(store, "status", "latest", "--json")
+
+
 def test_a_marker_of_another_boot_is_the_full_commands(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -181,6 +181,15 @@ class RunFiles:
             raise Fallback
         return tasks
 
+    def read_task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
+        """One task, from its snapshot file: a send reads only the task it is for."""
+        if not any(t["id"] == task_id for t in run["config"]["tasks"]):
+            raise Fallback  # no such task (or one the config does not list): the full command's
+        task = self.read_json(f"{self.root}/{TASKS_DIR}/{task_id}{SUFFIX}")
+        if not isinstance(task, dict) or task.get("id") != task_id:
+            raise Fallback
+        return task
+
     def write_task(self, task: dict[str, Any]) -> None:
         """Replace a task's snapshot (crew/store/taskfiles.py, crew/store/snapshot.py
         `dump_model`); it is derived from the event log, so not fsynced."""

@@ -25,7 +25,7 @@ from crew.fast.runfiles import (
     resolve_run,
     write_lines,
 )
-from crew.fast.status import pending_index_path, read_state
+from crew.fast.status import pending_index_path, read_run
 from crew.store.pending import PendingIndex
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -129,9 +129,9 @@ def _admitted(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The run and the task, once crew/domain/gate.py would let the message through (the
     question an answer closes is crew/fast/answering.py's to check)."""
-    run, tasks = read_state(files)
-    task = next((t for t in tasks if t.get("id") == task_id), None)
-    if task is None or run.get("ownerSessionId") != who.name:
+    run = read_run(files)
+    task = files.read_task(run, task_id)
+    if run.get("ownerSessionId") != who.name:
         raise Fallback
     if run.get("status") != "running" or task.get("status") not in verb.allowed:
         raise Fallback  # an ended run; a run flagged needs_review may follow its tasks

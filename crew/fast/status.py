@@ -47,12 +47,20 @@ def status(call: Call) -> int:
 
 def read_state(files: RunFiles) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """manifest.json and the tasks, in crew.toml order."""
+    run = read_run(files)
+    return run, files.read_tasks(run)
+
+
+def read_run(files: RunFiles) -> dict[str, Any]:
+    """manifest.json, if it is a run of this crew's format."""
     run = files.read_json(files.manifest)
     if not isinstance(run, dict):
         raise Fallback
     if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
         raise Fallback
-    return run, files.read_tasks(run)
+    if not os.path.isdir(f"{files.root}/tasks"):
+        raise Fallback  # a run an older crew made: its next writer converts it
+    return run
 
 
 def pending_counts(
