@@ -552,3 +552,44 @@ def test_a_leaders_liveness_is_judged_as_the_full_command_judges_it() -> None:
             assert people._alive(pid) == is_alive(pid), pid
     finally:
         zombie.wait()
+
+
+class _Killed(BaseException):
+    """Stands for a kill -9 between two writes: nothing after it runs."""
+
+
+@pytest.mark.parametrize("killed_at", ["the mailbox line", "the task file", "the marker"])
+def test_a_send_killed_after_its_event_is_completed_by_the_next_writer(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, killed_at: str
+) -> None:
+    store = make_run()
+    ask(store)
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise _Killed
+
+    if killed_at == "the mailbox line":
+        real = runfiles.write_lines
+        calls: list[int] = []
+
+        def second_write_dies(fd: int, data: bytes, *, fsync: bool) -> int:
+            calls.append(1)
+            if len(calls) == 2:
+                raise _Killed
+            return real(fd, data, fsync=fsync)
+
+        monkeypatch.setattr(sending, "write_lines", second_write_dies)
+    else:
+        method = "write_task" if killed_at == "the task file" else "write_marker"
+        monkeypatch.setattr(runfiles.RunFiles, method, killed)
+    with pytest.raises(_Killed):
+        fast.fast(["respond", "latest", "plan", "Postgres", "--home", str(store.paths.home.root)])
+
+    recovered = RunStore.open(store.paths.home, store.run_id)
+    assert not recovered.load().clean  # the files lag the event log
+    assert recovered.state().tasks["plan"].status is TaskStatus.RUNNING  # read from the log
+    with change(recovered):  # the next writer completes the files
+        pass
+    assert recovered.load().clean
+    assert [m.body for m in recovered.messages(Box.INBOX)] == ["Postgres"]
+    assert json.loads((store.paths.root / "tasks" / "plan.json").read_text())["status"] == "running"
