@@ -73,8 +73,8 @@ DEBUG = Variable("CREW_DEBUG", frozenset({Scope.USER}), "`1` prints tracebacks")
 FAST = Variable(
     "CREW_FAST",
     frozenset({Scope.USER}),
-    "`0` turns off the fast path of `status --json`, `steer`, `follow-up` and `nudge` (the same "
-    "command without typer and pydantic; see docs/performance.md)",
+    "`0` turns off the fast path of `status --json`, `steer`, `follow-up`, `nudge`, `respond`, "
+    "`logs` and `wait` (the same command without typer and pydantic; see docs/design.md)",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",

@@ -5,6 +5,7 @@ command with nothing written; its constants and options are those of the definit
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -264,6 +265,71 @@ def test_a_wait_that_holds_already_prints_what_the_full_command_does(
     full, quick = twins.both(cli, capsys, *args)
 
     assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_logs_print_what_the_full_command_prints(
+    make_run: MakeRun,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    tmp_path: Path,
+    raw: bool,
+) -> None:
+    store = make_run()
+    start(store)
+    store.paths.logs_dir.mkdir(exist_ok=True)
+    store.paths.log("plan").write_bytes(
+        b"line one\n\x1b[31mred\x1b[0m \x1b]0;title\x07 \xff\n" * 5000
+    )
+    twins = Twins(store, tmp_path)
+    args = ("logs", twins.run_id, "plan", *(("--raw",) if raw else ()))
+
+    code = fast.fast([*args, "--home", str(twins.fast)])
+    quick = capsysbinary.readouterr().out
+    from crew.cli.common import run_app
+
+    full_code = run_app(build_app("logs"), [*args, "--home", str(twins.full)])
+    full = capsysbinary.readouterr().out
+
+    assert code == full_code == 0
+    assert quick == full == store.paths.log("plan").read_bytes()  # piped: the bytes as stored
+
+
+class _Terminal(io.StringIO):
+    """A stdout that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_logs_on_a_terminal_are_made_safe_as_the_full_command_makes_them(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    start(store)
+    store.paths.logs_dir.mkdir(exist_ok=True)
+    store.paths.log("plan").write_bytes(b"ok \x1b[31mred\x1b[0m \x1b]0;title\x07 \x1b[2J \xff\n")
+    args = ["logs", "latest", "plan", "--home", str(store.paths.home.root)]
+    from crew.cli.common import run_app
+
+    shown = []
+    for run in (fast.fast, lambda argv: run_app(build_app("logs"), argv)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        assert run(args) == 0
+        shown.append(terminal.getvalue())
+    quick, full = shown
+
+    assert quick == full and "\x1b]0;" not in quick and "\x1b[31m" in quick
+
+
+def test_logs_of_a_task_that_printed_nothing_yet(
+    make_run: MakeRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = make_run()
+    assert fast.fast(["logs", "latest", "build", "--home", str(store.paths.home.root)]) == 0
+    assert capsys.readouterr().out == ""
+    _refused(store, "logs", "latest", "nope")
+    _refused(store, "logs", "latest", "plan", "-f")
 
 
 def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run: MakeRun) -> None:

@@ -1,5 +1,6 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
-most: `status --json`, `steer`, `follow-up`, `nudge`, `respond` and `wait`.
+most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, and a `wait`
+whose condition already holds.
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -58,6 +59,10 @@ def fast(argv: list[str]) -> int | None:
             from crew.fast.status import status
 
             return status(call)
+        if call.command == "logs":
+            from crew.fast.logs import logs
+
+            return logs(call)
         if call.command == "wait":
             from crew.fast.waiting import wait
 

@@ -64,6 +64,12 @@ SPECS: dict[str, Spec] = {
         values=_SEND_VALUES,
         slow=_SEND_SLOW | {"--contact"},
     ),
+    "logs": Spec(
+        ("run", "task"),
+        flags=frozenset({"--raw"}),
+        values=frozenset({"--home"}),
+        slow=frozenset({"--follow", "-f"}),
+    ),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),
