@@ -9,6 +9,7 @@ what lies between the two markers is rewritten. `python -m crew.docgen` rewrites
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -259,6 +260,21 @@ GENERATED: dict[str, Callable[[], str]] = {
     "commands.md": command_reference,
 }
 
+
+def schema_data() -> str:
+    """Every JSON Schema by name, as `crew schema` prints them."""
+    from crew.schemas import all_schemas
+
+    return json.dumps(all_schemas(), ensure_ascii=False, indent=1) + "\n"
+
+
+#: Files of the package made from the models: the JSON Schemas the fast path prints
+#: (`crew schema`), so that printing one needs no model built.
+DATA: dict[Path, Callable[[], str]] = {
+    Path(__file__).resolve().parent / "fast" / "schemas.json": schema_data,
+}
+
+
 #: page -> section name -> the section's text.
 SECTIONS: dict[str, dict[str, Callable[[], str]]] = {
     "exit-codes.md": {
@@ -308,10 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a generated doc is stale")
     args = parser.parse_args(argv)
     stale = []
-    for name in [*GENERATED, *SECTIONS]:
-        path = DOCS / name
+    made: dict[Path, Callable[[], str]] = {
+        DOCS / name: partial(generate, name) for name in [*GENERATED, *SECTIONS]
+    }
+    for path, make in {**made, **DATA}.items():
+        name = path.name
         try:
-            text = generate(name)
+            text = make()
         except DocError as error:
             print(f"crew.docgen: {error}", file=sys.stderr)
             return 1

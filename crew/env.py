@@ -74,7 +74,8 @@ FAST = Variable(
     "CREW_FAST",
     frozenset({Scope.USER}),
     "`0` turns off the fast path of `status --json`, `steer`, `follow-up`, `nudge`, `respond`, "
-    "`logs` and `wait` (the same command without typer and pydantic; see docs/design.md)",
+    "`logs`, `wait` and `schema` (the same command without typer and pydantic; see "
+    "docs/design.md)",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",

@@ -330,6 +330,34 @@ def test_logs_of_a_task_that_printed_nothing_yet(
     assert capsys.readouterr().out == ""
     _refused(store, "logs", "latest", "nope")
     _refused(store, "logs", "latest", "plan", "-f")
+    store.paths.logs_dir.mkdir(exist_ok=True)
+    store.paths.log("plan").mkdir()  # not a file: the full command says so
+    _refused(store, "logs", "latest", "plan")
+
+
+@pytest.mark.parametrize("name", [None, "task", "event", "config"])
+def test_schema_prints_what_the_full_command_prints(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], name: str | None
+) -> None:
+    args = ["schema", *([name] if name else [])]
+    full = cli(*args)
+    capsys.readouterr()
+    assert fast.fast(args) == 0
+    assert capsys.readouterr().out == full.out
+    _refused_anywhere(["schema", "nope"])
+
+
+def test_version_prints_what_the_full_command_prints(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = cli("--version")
+    capsys.readouterr()
+    assert fast.fast(["--version"]) == 0
+    assert capsys.readouterr().out == full.out
+
+
+def _refused_anywhere(args: list[str]) -> None:
+    assert fast.fast(args) is None
 
 
 def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run: MakeRun) -> None:
@@ -374,7 +402,7 @@ def _refused(store: RunStore, *args: str) -> None:
         ("status", "latest"),  # the tables are rich's
         ("respond", "latest", "plan", "x"),  # it asked nothing
         ("cancel", "latest"),
-        ("--version",),
+        ("--version", "--help"),
     ],
 )
 def test_what_the_fast_path_leaves_to_the_full_command(

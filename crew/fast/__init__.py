@@ -1,6 +1,6 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
-most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, and a `wait`
-whose condition already holds.
+most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `schema`, and a
+`wait` whose condition already holds.
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -53,12 +53,21 @@ def fast(argv: list[str]) -> int | None:
     timeout = os.environ.get("CREW_LOCK_TIMEOUT")
     if timeout is not None and not _PLAIN_DURATION.fullmatch(timeout):
         return None  # the full command checks it (the fast path never waits for the lock)
+    if argv == ["--version"]:
+        from crew import __version__
+
+        sys.stdout.write(f"crew {__version__}\n")
+        return 0
     try:
         call = parse(argv)
         if call.command == "status":
             from crew.fast.status import status
 
             return status(call)
+        if call.command == "schema":
+            from crew.fast.schema import schema
+
+            return schema(call)
         if call.command == "logs":
             from crew.fast.logs import logs
 
@@ -84,10 +93,12 @@ def fast(argv: list[str]) -> int | None:
     except KeyboardInterrupt:
         sys.stderr.write("crew: interrupted\n")
         return 130
-    except Exception as error:  # a write that failed after its commit point: say so
-        from crew.errors import CrewError
+    except Exception as error:  # a write that failed after its commit point, a read cut short
+        from crew.errors import CrewError, from_os_error
         from crew.render import error as report
 
+        if isinstance(error, OSError):
+            error = from_os_error(error)
         if not isinstance(error, CrewError):
             raise
         return report(error)

@@ -70,6 +70,7 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home"}),
         slow=frozenset({"--follow", "-f"}),
     ),
+    "schema": Spec((), optional=("name",), flags=frozenset({"--json"})),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),

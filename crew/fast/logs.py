@@ -5,6 +5,7 @@ terminal. Following (`-f`) is the full command's: its start-up is nothing beside
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from crew.fast.cmdline import Call, Fallback
@@ -35,6 +36,9 @@ def logs(call: Call) -> int:
         return 0  # it has printed nothing yet
     except OSError:
         raise Fallback from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Fallback  # not a file: the full command says so
     with os.fdopen(fd, "rb") as log:
         _show(log.read, raw="--raw" in call.options or not sys.stdout.isatty())
     return 0
