@@ -231,6 +231,31 @@ def test_an_answer_writes_and_prints_what_the_full_command_does(
     assert answered.load().clean and answered.state().tasks["plan"].status is TaskStatus.RUNNING
 
 
+@pytest.mark.parametrize("cost", [0.5, 0.00001, 3e-7])
+def test_an_answer_to_a_task_that_spent_writes_its_costs_as_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    cost: float,
+) -> None:
+    store = make_run()
+    ask(store)
+    with change(store) as txn:
+        spent = Usage(input_tokens=10, cost_usd=cost, turns=1)
+        task = txn.task("plan").model_copy(update={"usage": spent})
+        txn.record(registry.EventType.AGENT_USAGE, task=task)
+    twins = Twins(store, tmp_path)
+    if cost < 1e-4:  # Python's json would write it as 1e-05: the full command writes it
+        assert fast.fast(["respond", "latest", "plan", "x", "--home", str(twins.fast)]) is None
+        return
+
+    full, quick = twins.both(cli, capsys, "respond", twins.run_id, "plan", "x")
+
+    assert full.code == quick.code == 0
+    twins.same_files()
+
+
 def test_an_answer_the_question_does_not_take_is_the_full_commands(make_run: MakeRun) -> None:
     store = make_run()
     ask(store, kind=ContactType.NEED_SELECTION, options=["a", "b"])
