@@ -74,7 +74,8 @@ FAST = Variable(
     "CREW_FAST",
     frozenset({Scope.USER}),
     "`0` turns off the fast path of `status --json`, `steer`, `follow-up`, `nudge`, `respond`, "
-    "`logs`, `wait` and `schema` (the same command without typer and pydantic; see "
+    "`logs`, `events`, `wait`, `schema` and `--version` (the same command without typer and "
+    "pydantic; see "
     "docs/design.md)",
 )
 SECRETS_DIR = Variable(

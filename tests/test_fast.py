@@ -385,6 +385,47 @@ def _refused_anywhere(args: list[str]) -> None:
     assert fast.fast(args) is None
 
 
+@pytest.mark.parametrize(
+    "args", [(), ("--json",), ("--task", "plan"), ("--task", "build", "--json")]
+)
+def test_events_print_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    ask(store)
+    from crew import verbs
+
+    verbs.steer(store, "plan", "caf\u00e9 \x1b[2J \u202e reversed", session=SESSION)
+    verbs.cancel(store, session=SESSION)  # a transaction of several events
+    cut = json.loads(store.paths.events.read_bytes().splitlines()[-1])
+    cut.update(seq=cut["seq"] + 1, endSeq=cut["seq"] + 2)  # a transaction cut short: not shown
+    with store.paths.events.open("a") as log:
+        log.write(json.dumps(cut, separators=(",", ":")) + "\n")
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "events", twins.run_id, *args)
+
+    assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
+    assert quick.out.count("\n") >= 2
+
+
+def test_an_event_log_the_models_would_read_otherwise_is_the_full_commands(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    start(store)
+    _refused(store, "events", "latest", "--type", "task")
+    _refused(store, "events", "latest", "-f")
+    lines = store.paths.events.read_bytes().splitlines(keepends=True)
+    for bad in (b"{not json\n", lines[-1].replace(b'{"id"', b'{ "id"'), b'{"id":"evt_x"}\n'):
+        store.paths.events.write_bytes(b"".join(lines) + bad)
+        _refused(store, "events", "latest")
+
+
 def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run: MakeRun) -> None:
     store = make_run()
     ask(store)
@@ -553,6 +594,10 @@ def test_every_option_of_the_command_is_taken_or_left_to_the_full_command(comman
     known = spec.flags | spec.values | spec.slow
     assert options - cmdline.HELP_OPTIONS == known, "an option the fast path does not account for"
     assert len(arguments) == len(spec.arguments + spec.optional)
+
+
+def test_every_command_the_fast_path_parses_has_its_runner() -> None:
+    assert set(fast.RUNNERS) == set(cmdline.SPECS)
 
 
 def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:

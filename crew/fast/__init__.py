@@ -1,6 +1,6 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
-most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `schema`, and a
-`wait` whose condition already holds.
+most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`, `schema`,
+`--version`, and a `wait` whose condition already holds.
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -16,18 +16,34 @@ what they print and write.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import re
 import sys
 
 from crew.fast import runfiles
-from crew.fast.cmdline import Fallback, parse
+from crew.fast.cmdline import Call, Fallback, parse
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: A CREW_LOCK_TIMEOUT crew/clock.py `parse_duration` surely takes; any other is checked by the
 #: full command.
 _PLAIN_DURATION = re.compile(r"\d{1,6}(\.\d{1,6})?(ms|s|m)?")
 #: Values of CREW_FAST that turn the fast path off (crew/env.py's switch values).
 _OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+#: Each command the fast path takes (crew/fast/cmdline.py SPECS): the function that runs it.
+RUNNERS: dict[str, tuple[str, str]] = {
+    "status": ("crew.fast.status", "status"),
+    "events": ("crew.fast.events", "events"),
+    "logs": ("crew.fast.logs", "logs"),
+    "schema": ("crew.fast.schema", "schema"),
+    "wait": ("crew.fast.waiting", "wait"),
+    **dict.fromkeys(("steer", "follow-up", "nudge", "respond"), ("crew.fast.sending", "send")),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,13 +62,8 @@ def main(argv: list[str] | None = None) -> None:
 def fast(argv: list[str]) -> int | None:
     """Run the command on the fast path; None if the full command must run it (nothing was
     written then)."""
-    if os.environ.get("CREW_FAST", "1").strip().lower() in _OFF or sys.platform != "linux":
+    if _left_to_the_full_command():
         return None
-    if os.environ.get("CREW_FAULT") or os.environ.get("CREW_DEBUG", "").strip().lower() not in _OFF:
-        return None  # injected faults and tracebacks are the full command's
-    timeout = os.environ.get("CREW_LOCK_TIMEOUT")
-    if timeout is not None and not _PLAIN_DURATION.fullmatch(timeout):
-        return None  # the full command checks it (the fast path never waits for the lock)
     if argv == ["--version"]:
         from crew import __version__
 
@@ -60,25 +71,9 @@ def fast(argv: list[str]) -> int | None:
         return 0
     try:
         call = parse(argv)
-        if call.command == "status":
-            from crew.fast.status import status
-
-            return status(call)
-        if call.command == "schema":
-            from crew.fast.schema import schema
-
-            return schema(call)
-        if call.command == "logs":
-            from crew.fast.logs import logs
-
-            return logs(call)
-        if call.command == "wait":
-            from crew.fast.waiting import wait
-
-            return wait(call)
-        from crew.fast.sending import send
-
-        return send(call)
+        module, function = RUNNERS[call.command]
+        run: Callable[[Call], int] = getattr(importlib.import_module(module), function)
+        return run(call)
     except Fallback:
         return None
     except (LookupError, TypeError, ValueError, AttributeError):
@@ -102,3 +97,14 @@ def fast(argv: list[str]) -> int | None:
         if not isinstance(error, CrewError):
             raise
         return report(error)
+
+
+def _left_to_the_full_command() -> bool:
+    """What in the environment sends every command to the full command."""
+    if os.environ.get("CREW_FAST", "1").strip().lower() in _OFF or sys.platform != "linux":
+        return True
+    if os.environ.get("CREW_FAULT") or os.environ.get("CREW_DEBUG", "").strip().lower() not in _OFF:
+        return True  # injected faults and tracebacks are the full command's
+    timeout = os.environ.get("CREW_LOCK_TIMEOUT")
+    # The full command checks an unusual one (the fast path never waits for the lock).
+    return timeout is not None and not _PLAIN_DURATION.fullmatch(timeout)

@@ -70,6 +70,12 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home"}),
         slow=frozenset({"--follow", "-f"}),
     ),
+    "events": Spec(
+        ("run",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home", "--task"}),
+        slow=frozenset({"--follow", "-f", "--type"}),
+    ),
     "schema": Spec((), optional=("name",), flags=frozenset({"--json"})),
     "wait": Spec(
         ("run",),
