@@ -12,7 +12,7 @@ import re
 import sys
 
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.runfiles import TASK_ID_PATTERN, RunFiles, find_home, is_task_id, resolve_run
+from crew.fast.runfiles import TASK_ID_PATTERN, open_run, task_option
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -28,12 +28,8 @@ _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 
 def events(call: Call) -> int:
-    task_id = call.options.get("--task")
-    if task_id is not None and not is_task_id(task_id):
-        raise Fallback
-    home = find_home(call.options.get("--home"))
-    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
-    files.check_folders()
+    task_id = task_option(call)
+    files = open_run(call)
     try:
         with open(files.events, "rb") as handle:
             data = handle.read()

@@ -9,7 +9,7 @@ import stat
 import sys
 
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.runfiles import RunFiles, find_home, is_task_id, resolve_run
+from crew.fast.runfiles import is_task_id, open_run
 from crew.fast.status import read_run
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -23,9 +23,7 @@ def logs(call: Call) -> int:
     task_id = call.arguments["task"]
     if not is_task_id(task_id):
         raise Fallback
-    home = find_home(call.options.get("--home"))
-    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
-    files.check_folders()
+    files = open_run(call)
     files.clean()
     run = read_run(files)
     files.read_task(run, task_id)  # the run has the task

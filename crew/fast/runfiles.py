@@ -17,7 +17,7 @@ import re
 import stat
 import zlib
 
-from crew.fast.cmdline import Fallback
+from crew.fast.cmdline import Call, Fallback
 from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -88,6 +88,23 @@ def resolve_run(home: str, ref: str) -> str:
 
 def _prefixed(ids: list[str], ref: str) -> list[str]:
     return [i for i in ids if i.startswith(ref)]
+
+
+def open_run(call: Call) -> RunFiles:
+    """The run the command line names (`latest` when it names none), once RunStore would take
+    its folders (crew/cli/common.py `open_run`)."""
+    home = find_home(call.options.get("--home"))
+    files = RunFiles(home, resolve_run(home, call.arguments.get("run", LATEST)))
+    files.check_folders()
+    return files
+
+
+def task_option(call: Call) -> str | None:
+    """The `--task` a command line names, if it is a task id (Fallback otherwise)."""
+    task_id = call.options.get("--task")
+    if task_id is not None and not is_task_id(task_id):
+        raise Fallback
+    return task_id
 
 
 class RunFiles:

@@ -18,11 +18,10 @@ from crew.fast.runfiles import (
     Marker,
     RunFiles,
     RunLock,
-    find_home,
     fsync_enabled,
     is_task_id,
     open_append,
-    resolve_run,
+    open_run,
     write_lines,
 )
 from crew.fast.status import pending_index_path, read_run
@@ -90,9 +89,7 @@ def send(call: Call) -> int:
     if not is_task_id(task_id):
         raise Fallback
     who = people.session(call.options.get("--session"))
-    home = find_home(call.options.get("--home"))
-    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
-    files.check_folders()
+    files = open_run(call)
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
     with RunLock(files):
         marker = files.clean()

@@ -9,7 +9,7 @@ import os
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import print_json
-from crew.fast.runfiles import RunFiles, find_home, resolve_run
+from crew.fast.runfiles import RunFiles, open_run
 from crew.store.pending import PendingIndex
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -25,9 +25,7 @@ INBOUND_BOXES = ("inbox", "steering")
 def status(call: Call) -> int:
     if "--json" not in call.options:
         raise Fallback  # the tables are rich's to draw
-    home = find_home(call.options.get("--home"))
-    files = RunFiles(home, resolve_run(home, call.arguments.get("run", "latest")))
-    files.check_folders()
+    files = open_run(call)
     before = files.clean()
     run, tasks = read_state(files)
     pending, indexes = pending_counts(files, tasks)

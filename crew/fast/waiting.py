@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import out, print_json
-from crew.fast.runfiles import RunFiles, find_home, is_task_id, resolve_run
+from crew.fast.runfiles import open_run, task_option
 from crew.fast.sending import LIVE
 from crew.fast.status import TERMINAL_RUN_STATUSES, read_state
 
@@ -19,12 +19,8 @@ TERMINAL_TASK_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 def wait(call: Call) -> int:
     until = call.options.get("--for", "done")
-    task_id = call.options.get("--task")
-    if task_id is not None and not is_task_id(task_id):
-        raise Fallback
-    home = find_home(call.options.get("--home"))
-    files = RunFiles(home, resolve_run(home, call.arguments["run"]))
-    files.check_folders()
+    task_id = task_option(call)
+    files = open_run(call)
     before = files.clean()
     run, tasks = read_state(files)
     if files.clean() != before:
