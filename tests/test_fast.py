@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SESSION, CliResult, snapshot_files
+from conftest import SESSION, CliResult, config, snapshot_files
 from test_verbs import ask, start
 
 from crew import fast, ids, models, registry, text
@@ -757,3 +757,33 @@ def test_a_send_killed_after_its_event_is_completed_by_the_next_writer(
     assert recovered.load().clean
     assert [m.body for m in recovered.messages(Box.INBOX)] == ["Postgres"]
     assert json.loads((store.paths.root / "tasks" / "plan.json").read_text())["status"] == "running"
+
+
+def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
+    # Six shells sending at once, half of them with the fast path off: every message is written
+    # once, the seqs stay unique, and the files end clean. A fast send that finds the lock busy
+    # goes to the full command, which waits its turn.
+    store = make_run(
+        config(limits={"maxPendingSteers": 1000, "maxPendingFollowUps": 1000, "warnPending": 1000})
+    )
+    start(store)
+    script = (
+        "import subprocess, sys\n"
+        "for n in range(8):\n"
+        "    subprocess.run([sys.executable, '-m', 'crew', sys.argv[1], 'latest', 'plan',"
+        " f'{sys.argv[2]}-{n}'], check=True, stdout=subprocess.DEVNULL)\n"
+    )
+    senders = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, verb, f"s{index}"],
+            env={**os.environ, "CREW_FAST": "0" if index % 2 else "1"},
+        )
+        for index, verb in enumerate(["steer", "follow-up"] * 3)
+    ]
+    assert [sender.wait(timeout=300) for sender in senders] == [0] * len(senders)
+
+    bodies = [m.body for box in (Box.STEERING, Box.INBOX) for m in store.messages(box)]
+    assert sorted(bodies) == sorted(f"s{i}-{n}" for i in range(6) for n in range(8))
+    seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert store.load().clean
