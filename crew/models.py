@@ -28,7 +28,7 @@ from crew.registry import (
 )
 
 #: The version of the snapshot format this code writes; older ones are read forward.
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 Timestamp = Annotated[str, Field(pattern=TIMESTAMP_PATTERN)]
 TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN)]

@@ -518,6 +518,20 @@ def test_a_run_an_older_crew_made_is_the_full_commands(make_run: MakeRun) -> Non
     (store.paths.root / "tasks.json").write_text(json.dumps(tasks, indent=2) + "\n")
     _refused(store, "steer", "latest", "plan", "x")
     _refused(store, "status", "latest", "--json")
+    from crew import verbs
+
+    verbs.steer(store, "plan", "converted", session=SESSION)  # its next writer converts it
+    assert fast.fast(["steer", "latest", "plan", "x", "--home", str(store.paths.home.root)]) == 0
+
+
+def test_a_run_a_newer_crew_made_is_the_full_commands_to_refuse(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    manifest = json.loads(store.paths.manifest.read_text())
+    manifest["stateVersion"] = models.STATE_VERSION + 1
+    store.paths.manifest.write_text(json.dumps(manifest, indent=2) + "\n")
+    _refused(store, "steer", "latest", "plan", "x")
+    _refused(store, "status", "latest", "--json")
 
 
 def test_a_marker_of_another_boot_is_the_full_commands(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SESSION, snapshot_files
 
-from crew import ids
+from crew import ids, verbs
 from crew.domain import change, mailbox, tasks
 from crew.errors import Corrupt, NotFound, Refused, StaleLeader
 from crew.models import Event, MailboxMessage, SupervisorContact
@@ -375,7 +375,6 @@ def test_events_carry_the_run_id_and_a_timestamp_in_utc(make_run: MakeRun) -> No
 def test_a_damaged_mailbox_file_is_noticed_on_open_and_rewritten_by_the_next_writer(
     make_run: MakeRun, damage: str
 ) -> None:
-    from crew import verbs
 
     store = make_run()
     verbs.follow_up(store, "plan", "first", session=SESSION)
@@ -397,18 +396,38 @@ def test_a_damaged_mailbox_file_is_noticed_on_open_and_rewritten_by_the_next_wri
     assert RunStore(store.paths).load().clean
 
 
+def _as_an_older_crew_kept_it(store: RunStore) -> None:
+    """How crew kept tasks before the task files: one JSON array in tasks.json, no tasks/."""
+    older = [json.loads(store.paths.task_file(t).read_text()) for t in ("plan", "build")]
+    for task_id in ("plan", "build"):
+        store.paths.task_file(task_id).unlink()
+    store.paths.tasks_dir.rmdir()
+    store.paths.tasks.write_text(json.dumps(older, indent=2) + "\n")
+
+
+def test_a_run_an_older_crew_made_is_converted_by_a_writer_that_changes_no_task(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    _as_an_older_crew_kept_it(store)
+
+    verbs.steer(RunStore(store.paths), "plan", "a message, no task changed", session=SESSION)
+
+    assert not store.paths.tasks.exists()
+    assert json.loads(store.paths.task_file("plan").read_text())["status"] == "running"
+    assert json.loads(store.paths.task_file("build").read_text())["status"] == "queued"
+    assert RunStore(store.paths).load().clean
+
+
 def test_a_run_an_older_crew_made_is_read_from_tasks_json_and_converted_by_its_next_writer(
     make_run: MakeRun,
 ) -> None:
     store = make_run()
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
-    # How crew kept tasks before the task files: one JSON array in tasks.json, no tasks/.
-    older = [json.loads(store.paths.task_file(t).read_text()) for t in ("plan", "build")]
-    for task_id in ("plan", "build"):
-        store.paths.task_file(task_id).unlink()
-    store.paths.tasks_dir.rmdir()
-    store.paths.tasks.write_text(json.dumps(older, indent=2) + "\n")
+    _as_an_older_crew_kept_it(store)
 
     recovery = RunStore(store.paths).load()
     assert recovery.clean and recovery.state.tasks["plan"].status is TaskStatus.RUNNING

@@ -16,8 +16,8 @@ TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from typing import Any
 
-#: crew/models.py STATE_VERSION: a run of another version is the full command's.
-STATE_VERSION = 1
+#: crew/models.py STATE_VERSION: a run of a newer version is the full command's (to refuse).
+STATE_VERSION = 2
 TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "cancelled"})
 INBOUND_BOXES = ("inbox", "steering")
 
@@ -54,7 +54,8 @@ def read_run(files: RunFiles) -> dict[str, Any]:
     run = files.read_json(files.manifest)
     if not isinstance(run, dict):
         raise Fallback
-    if run.get("stateVersion") != STATE_VERSION or run.get("runId") != files.run_id:
+    version = run.get("stateVersion")
+    if not isinstance(version, int) or version > STATE_VERSION or run.get("runId") != files.run_id:
         raise Fallback
     if not os.path.isdir(f"{files.root}/tasks"):
         raise Fallback  # a run an older crew made: its next writer converts it

@@ -210,7 +210,8 @@ class RunStore:
         """Replace manifest.json (if `run`) and the files of the tasks named (`tasks=True`:
         every task). Caller holds the lock."""
         named: Collection[str] = () if isinstance(tasks, bool) else tasks
-        every = tasks is True or (bool(named) and self.snapshots.legacy)
+        # A run an older crew made is converted by its first writer, whatever that writes.
+        every = tasks is True or self.snapshots.legacy
         chosen = state.task_list() if every else [state.tasks[t] for t in named]
         self.snapshots.write(state.run if run else None, chosen, every_task=every)
 
