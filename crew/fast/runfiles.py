@@ -211,7 +211,7 @@ class RunFiles:
         """Replace a task's snapshot (crew/store/taskfiles.py, crew/store/snapshot.py
         `dump_model`); it is derived from the event log, so not fsynced."""
         data = json.dumps(task, ensure_ascii=False, indent=2).encode() + b"\n"
-        replace(f"{self.root}/{TASKS_DIR}/{task['id']}{SUFFIX}", data, fsync=False)
+        replace(f"{self.root}/{TASKS_DIR}/{task['id']}{SUFFIX}", data)
 
     def write_marker(
         self, before: Marker, seq: int, events_size: int, ends: dict[str, int]
@@ -345,9 +345,11 @@ def write_lines(fd: int, data: bytes, *, fsync: bool) -> int:
     return start + len(data)
 
 
-def replace(path: str, data: bytes, *, fsync: bool) -> None:
-    """Replace a file atomically, its temp file named as crew/store/snapshot.py names them
-    (so recovery removes one a killed writer left); raises OSError, the file left as it was."""
+def replace(path: str, data: bytes) -> None:
+    """Replace a file derived from the event log atomically, without fsync (crew/store/files.py
+    `fsync_derived`: the fast path runs only where the boot is known). Its temp file is named as
+    crew/store/snapshot.py names them, so recovery removes one a killed writer left. Raises
+    OSError, the file left as it was."""
     folder, name = os.path.split(path)
     temp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
@@ -356,20 +358,12 @@ def replace(path: str, data: bytes, *, fsync: bool) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, path)
     finally:
         if os.path.lexists(temp):
             os.unlink(temp)
-    if fsync:
-        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(folder_fd)
-        finally:
-            os.close(folder_fd)
 
 
 def fsync_enabled() -> bool:
