@@ -534,6 +534,36 @@ def test_a_run_a_newer_crew_made_is_the_full_commands_to_refuse(make_run: MakeRu
     _refused(store, "status", "latest", "--json")
 
 
+@pytest.mark.parametrize("folder", runfiles.FOLDERS)
+def test_a_run_folder_that_is_a_link_is_the_full_commands_to_refuse(
+    make_run: MakeRun, tmp_path: Path, folder: str
+) -> None:
+    store = make_run()
+    ask(store)
+    elsewhere = tmp_path / "elsewhere"
+    real = store.paths.root / folder
+    if real.exists():
+        shutil.move(real, elsewhere)
+    else:
+        elsewhere.mkdir()
+    real.symlink_to(elsewhere)
+    for args in (("steer", "latest", "plan", "x"), ("respond", "latest", "plan", "x")):
+        _refused(store, *args)
+    _refused(store, "status", "latest", "--json")
+    _refused(store, "logs", "latest", "plan")
+
+
+def test_the_folders_it_checks_are_those_the_store_checks() -> None:
+    from crew.paths import Home
+
+    paths = Home(Path("/h")).run("20261130-000000-abcd")
+    store_folders = {
+        paths.tasks_dir, paths.mailbox_dir, paths.logs_dir, paths.checkpoints_dir,
+        paths.runtime_dir,
+    }  # fmt: skip
+    assert {paths.root / name for name in runfiles.FOLDERS} == store_folders
+
+
 def test_a_marker_of_another_boot_is_the_full_commands(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:

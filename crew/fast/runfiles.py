@@ -35,6 +35,8 @@ FILE_MODE = 0o644
 NOT_WRITABLE_BY_OTHERS = 0o022
 LINE_LIMIT = 1024 * 1024
 OFF = frozenset({"", "0", "false", "no", "off"})
+#: The folders of a run that must not be links (crew/store/runstore.py `_check_folders`).
+FOLDERS = ("tasks", "mailbox", "logs", "checkpoints", ".runtime")
 MARKER_FORMAT = b"2"
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_WIDTH = 36
@@ -131,7 +133,7 @@ class RunFiles:
         for folder in (state, f"{state}/runs", self.root):
             if _mode(folder) & NOT_WRITABLE_BY_OTHERS:
                 raise Fallback
-        for name in ("mailbox", "logs", "checkpoints", ".runtime"):
+        for name in FOLDERS:
             if stat.S_ISLNK(_mode(f"{self.root}/{name}")):
                 raise Fallback
         if stat.S_ISLNK(_mode(self.root)):
