@@ -202,3 +202,42 @@ def test_groups_left_by_a_leader_that_died_are_removed_by_the_next(tmp_path: Pat
     finally:
         left.remove()
         mine.remove()
+
+
+def test_a_worker_is_in_its_cgroup_before_its_program_runs(tmp_path: Path, home: Home) -> None:
+    # The worker's first act reads its own cgroup: it is already the task's group (the join
+    # happens before the program's exec, so nothing the program starts is ever outside).
+    if not CGROUPS:
+        pytest.skip("this system does not let crew make cgroups")
+    seen = tmp_path / "cgroup"
+    _crew(tmp_path, f"cat /proc/self/cgroup > {seen}; echo done")
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=60) == 0
+    unified = [line for line in seen.read_text().splitlines() if line.startswith("0::")]
+    assert unified and f"/crew-{leader.run_id}-t-1-" in unified[0]
+
+
+def test_a_program_is_found_as_popen_finds_it(tmp_path: Path) -> None:
+    from crew.leader.spawn import Launch, executable
+
+    script = tmp_path / "tool"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.write_text("")
+
+    def launch(name: str, path: str = "/nowhere") -> Launch:
+        return Launch([name], tmp_path, {"PATH": path}, "0" * 64)
+
+    assert executable(launch("./tool")) == os.path.join(tmp_path, "./tool")
+    assert executable(launch("tool", f"/nowhere:{tmp_path}")) == str(tmp_path / "tool")
+    with pytest.raises(FileNotFoundError) as missing:
+        executable(launch("./absent"))
+    assert (missing.value.strerror, missing.value.filename) == (
+        "No such file or directory",
+        "./absent",
+    )
+    with pytest.raises(PermissionError):
+        executable(launch("./plain"))
+    with pytest.raises(FileNotFoundError):
+        executable(launch("tool"))  # not on this PATH

@@ -287,17 +287,14 @@ def start_worker(
     a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     group = _new_cgroup(launch, task_id, attempt)
-    joiner = group.joiner() if group is not None else None
+    join = group.procs if group is not None else None
     try:
-        process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=joiner)
+        process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=join)
     except BaseException:
         os.close(log_fd)
         if group is not None:
             group.remove()
         raise
-    finally:
-        if joiner is not None:
-            joiner.close()
     worker = WorkerProcess(
         task_id,
         attempt,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,18 +81,33 @@ def launch_for(
     return Launch(argv, cwd, variables, ids.token_hash(token))
 
 
+#: Run by /bin/sh in a worker's process before the worker's program: it moves itself into the
+#: worker's cgroup (writing 0 to `cgroup.procs` moves the writer), then becomes the program. No
+#: process exists between the two, so nothing the worker starts is ever outside the group.
+SHELL = "/bin/sh"
+_JOIN_THEN_EXEC = 'echo 0 > "$0" 2>/dev/null; exec "$@"'
+
+
 def start(
-    launch: Launch, *, merge_stderr: bool, join: Callable[[], None] | None = None
+    launch: Launch, *, merge_stderr: bool, join: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Start a worker in its own session and process group, with pipes for its streams
-    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order); `join` runs in
-    the child before exec (it joins the worker's cgroup).
+    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order); with `join`
+    (a cgroup's `cgroup.procs`), the worker's process joins that group before its program runs.
+
+    No Python runs between fork and exec, so Python can vfork: a fork of the leader, whose
+    pages would all be mapped again, costs it about 3 ms a worker (docs/performance.md). To
+    join a group first, the process execs /bin/sh, which joins and execs the program; the
+    program is found first, as Popen would find it, so a missing one fails here, as before.
 
     Raises OSError (e.g. FileNotFoundError) when the command cannot be started.
     """
     faults.out_of_files_at("spawn")
+    argv = launch.argv
+    if join is not None and os.access(SHELL, os.X_OK):
+        argv = [SHELL, "-c", _JOIN_THEN_EXEC, str(join), executable(launch), *argv[1:]]
     process = subprocess.Popen(
-        launch.argv,
+        argv,
         cwd=launch.cwd,
         env=launch.env,
         stdin=subprocess.PIPE,
@@ -100,13 +115,33 @@ def start(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=join,  # noqa: PLW1509  # writes to one open descriptor: no lock, no import
         bufsize=0,
     )
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             os.set_blocking(stream.fileno(), False)
     return process
+
+
+def executable(launch: Launch) -> str:
+    """The program `launch` runs, found as Popen finds it (a name with a `/` from the worker's
+    folder, else on the worker's PATH); FileNotFoundError or PermissionError as Popen raises
+    them when it cannot be run."""
+    name = launch.argv[0]
+    if "/" in name:
+        candidates = [os.path.join(launch.cwd, name)]
+    else:
+        folders = os.get_exec_path(launch.env)
+        candidates = [os.path.join(folder, name) for folder in folders]
+    denied = False
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return path
+            denied = True
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
 
 
 def failure(agent: AgentConfig, error: OSError | ValueError) -> str:

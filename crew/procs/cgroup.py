@@ -56,14 +56,10 @@ class Cgroup:
         """Whether `pid` is in this group now."""
         return cgroup_path(pid) == self.path
 
-    def joiner(self) -> Joiner | None:
-        """What a child runs between fork and exec to put itself in the group, so that nothing
-        it starts is ever outside (None when the group cannot be joined)."""
-        try:
-            fd = os.open(self.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        return Joiner(fd)
+    @property
+    def procs(self) -> Path:
+        """The file a process writes 0 to, to join the group (crew/leader/spawn.py)."""
+        return self.path / "cgroup.procs"
 
     def kill(self) -> None:
         """SIGKILL every process in the group, atomically where the kernel can (5.14+)."""
@@ -90,22 +86,6 @@ class Cgroup:
         except OSError:
             return False
         return True
-
-
-@dataclass
-class Joiner:
-    """An open `cgroup.procs`: called in a child before exec, it moves the child into the group
-    (writing 0 moves the writer). It only writes to a descriptor: safe between fork and exec."""
-
-    fd: int
-
-    def __call__(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self.fd, b"0\n")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
 
 
 @dataclass(frozen=True)
