@@ -320,8 +320,10 @@ def _timeline(result: Timeline) -> None:
     for view in result.messages:
         message = view.message
         if message.task_id != current:
+            if current is not None:
+                out.print()  # a blank line between tasks, none above the first
             current = message.task_id
-            out.print(f"\n[bold]{current}[/]")
+            out.print(f"[bold]{current}[/]")
         arrow = "→" if message.direction is Direction.INBOX else "←"
         sender = f" from {message.from_}" if arrow == "→" and message.from_ != LEADER else ""
         out.print(

@@ -513,8 +513,9 @@ def timeline_text(docs: list[Doc]) -> str:
     current = None
     for message in docs:
         if message["taskId"] != current:
+            lines += [""] if current is not None else []
             current = message["taskId"]
-            lines += ["", current]
+            lines.append(current)
         arrow = "→" if message["direction"] == "inbox" else "←"
         lines.append(
             f"  {arrow} {message['kind']:<8} {message['id']}  {message['priority']:<6} "
