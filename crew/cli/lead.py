@@ -201,7 +201,7 @@ def logs(
         list[str] | None,
         typer.Argument(
             help="The tasks (default: every task of the run).",
-            metavar="[TASK]...",
+            metavar="TASK",
             show_default=False,
         ),
     ] = None,
@@ -256,9 +256,10 @@ def logs(
     ] = False,
     home: HomeOption = None,
 ) -> None:
-    """Print workers' output (stdout and stderr, as received; made safe on a terminal): every
-    task's, line by line in the order received, each line after its task id (`coder | …`); or
-    the named tasks' (one TASK: its output as stored, without prefixes)."""
+    """Print workers' output (stdout and stderr, as received; made safe on a terminal).
+
+    Every task's, line by line in the order received, each line after its task id (`coder |
+    …`); or the named tasks' (one TASK: its output as stored, without prefixes)."""
     from crew.ids import check_task_id
     from crew.render_streams import LineStyle, show_lines, show_output
     from crew.streams import follow_lines, follow_log, log_tasks
