@@ -195,65 +195,72 @@ def wait(
     return emit(wait_for_run(store, until, task_id=task, timeout=limit), json=json)
 
 
+TasksArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="The tasks (default: every task of the run).", metavar="TASK", show_default=False
+    ),
+]
+FollowOption = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        "-f",
+        help="Keep printing until the tasks (or, with no TASK, the run) have ended.",
+    ),
+]
+TailOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tail",
+        help="Only the last N lines of each task (then, with -f, what follows).",
+        metavar="N",
+        show_default=False,
+    ),
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only lines received since then: a duration ago (10m) or an ISO 8601 time "
+        "(2026-11-30T12:00:00Z; UTC when it names no zone).",
+        metavar="WHEN",
+        show_default=False,
+    ),
+]
+TimestampsOption = Annotated[
+    bool,
+    typer.Option(
+        "--timestamps", help="Begin each line with when it was received (ISO 8601, UTC, ms)."
+    ),
+]
+LogsJsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help='JSON lines, one per line of output: {"task": id, "time": when it was received '
+        '(ISO 8601 UTC), "line": its text without the newline (UTF-8; other bytes replaced)}.',
+    ),
+]
+RawOption = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        help="The bytes exactly as received, even on a terminal (where control sequences "
+        "other than colours are otherwise shown as text).",
+    ),
+]
+
+
 def logs(
     run: RunArgument,
-    tasks: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="The tasks (default: every task of the run).",
-            metavar="TASK",
-            show_default=False,
-        ),
-    ] = None,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow",
-            "-f",
-            help="Keep printing until the tasks (or, with no TASK, the run) have ended.",
-        ),
-    ] = False,
-    tail: Annotated[
-        str | None,
-        typer.Option(
-            "--tail",
-            help="Only the last N lines of each task (then, with -f, what follows).",
-            metavar="N",
-            show_default=False,
-        ),
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(
-            "--since",
-            help="Only lines received since then: a duration ago (10m) or an ISO 8601 time "
-            "(2026-11-30T12:00:00Z; UTC when it names no zone).",
-            metavar="WHEN",
-            show_default=False,
-        ),
-    ] = None,
-    timestamps: Annotated[
-        bool,
-        typer.Option(
-            "--timestamps", help="Begin each line with when it was received (ISO 8601, UTC, ms)."
-        ),
-    ] = False,
-    json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help='JSON lines, one per line of output: {"task": id, "time": when it was received '
-            '(ISO 8601 UTC), "line": its text without the newline (UTF-8; other bytes replaced)}.',
-        ),
-    ] = False,
-    raw: Annotated[
-        bool,
-        typer.Option(
-            "--raw",
-            help="The bytes exactly as received, even on a terminal (where control sequences "
-            "other than colours are otherwise shown as text).",
-        ),
-    ] = False,
+    tasks: TasksArgument = None,
+    follow: FollowOption = False,
+    tail: TailOption = None,
+    since: SinceOption = None,
+    timestamps: TimestampsOption = False,
+    json: LogsJsonOption = False,
+    raw: RawOption = False,
     home: HomeOption = None,
 ) -> None:
     """Print workers' output (stdout and stderr, as received; made safe on a terminal).
