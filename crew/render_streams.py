@@ -6,7 +6,7 @@ from __future__ import annotations
 import json as jsonlib
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from crew import clock
@@ -91,6 +91,9 @@ def show_output(chunks: Iterable[bytes], *, raw: bool, flush: bool) -> None:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_last_time: list[int | str] = [-1, ""]
+#: Made once: `json.dumps` with options makes an encoder per call.
+_ENCODER = jsonlib.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 #: The colours of task prefixes, in turn (bright cyan, yellow, green, magenta, blue, red, and
 #: their normal shades), as `docker compose logs` gives its services.
 _PREFIX_COLOURS = (96, 93, 92, 95, 94, 91, 36, 33, 32, 35, 34, 31)
@@ -98,8 +101,9 @@ _PREFIX_COLOURS = (96, 93, 92, 95, 94, 91, 36, 33, 32, 35, 34, 31)
 
 @dataclass(frozen=True)
 class LineStyle:
-    """How `crew logs` shows lines: with task prefixes (`pad`: the width of the longest task
-    id, 0: no prefix), receive times, as JSON; bytes as stored (`raw`) or made terminal-safe."""
+    """How `crew logs` shows lines: after task prefixes (padded to the longest id of `tasks`,
+    coloured in turn with `colour`), after receive times, as JSON; bytes as stored (`raw`) or
+    made safe for a terminal."""
 
     tasks: tuple[str, ...]
     prefixed: bool
@@ -107,27 +111,30 @@ class LineStyle:
     json: bool = False
     raw: bool = True
     colour: bool = False
-
-    @property
-    def pad(self) -> int:
-        return max((len(task) for task in self.tasks), default=0)
+    #: Each task's prefix, made once (a task the run gained later comes after `tasks`).
+    _prefixes: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def prefix(self, task_id: str) -> str:
+        """What goes before each line of the task: `coder    | `, or nothing."""
         if not self.prefixed:
             return ""
-        label = f"{task_id:<{self.pad}} |"
-        if not self.colour:
-            return label + " "
-        if task_id not in self.tasks:
-            return f"\x1b[{_PREFIX_COLOURS[-1]}m{label}{RESET_STYLE} "
-        code = _PREFIX_COLOURS[self.tasks.index(task_id) % len(_PREFIX_COLOURS)]
-        return f"\x1b[{code}m{label}{RESET_STYLE} "
+        known = self._prefixes.get(task_id)
+        if known is not None:
+            return known
+        pad = max(map(len, self.tasks), default=0)
+        label = f"{task_id:<{pad}} |"
+        if self.colour:
+            place = self.tasks.index(task_id) if task_id in self.tasks else len(self._prefixes)
+            code = _PREFIX_COLOURS[place % len(_PREFIX_COLOURS)]
+            label = f"\x1b[{code}m{label}{RESET_STYLE}"
+        self._prefixes[task_id] = label + " "
+        return label + " "
 
 
 def log_line_json(line: TimedLine) -> str:
     """One line of output as a JSON line: `{"task", "time", "line"}`."""
     document = {"task": line.task_id, "time": _time(line.time_us), "line": _text(line.text)}
-    return json_safe(jsonlib.dumps(document, ensure_ascii=False, separators=(",", ":")))
+    return json_safe(_ENCODER.encode(document))
 
 
 def show_lines(batches: Iterable[Iterable[TimedLine]], style: LineStyle, *, flush: bool) -> None:
@@ -155,7 +162,10 @@ def _shown(line: TimedLine, style: LineStyle) -> bytes:
 
 def _time(time_us: int) -> str:
     """A receive time as crew writes timestamps (ISO 8601, UTC, microseconds)."""
-    return clock.format_timestamp(_EPOCH + timedelta(microseconds=time_us))
+    if _last_time[0] != time_us:  # the lines of one write share their time: format it once
+        moment = _EPOCH + timedelta(microseconds=time_us)
+        _last_time[:] = [time_us, clock.format_timestamp(moment)]
+    return str(_last_time[1])
 
 
 def _text(data: bytes) -> str:
