@@ -277,3 +277,32 @@ def test_refusals_are_one_sentence_and_write_nothing(make_run: Callable[..., Run
         ), args  # fmt: skip
 
     assert snapshot_files(store.paths.home.root) == before
+
+
+def test_a_resumed_run_times_the_lines_a_crashed_leader_left_unindexed(
+    tmp_path: Path, home: Home
+) -> None:
+    go = tmp_path / "go"
+    write_crew(tmp_path, [{"id": "t", "prompt": f"say:one ; until:{go} ; say:two ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    log, index = store.paths.log("t"), logindex.index_path(store.paths.log("t"))
+    eventually(lambda: log.is_file() and log.read_bytes() == b"attempt 1\none\n")
+    leader.process.kill()  # SIGKILL: as if it died between writing the log and its index
+    leader.finish()
+    index.unlink()  # (or as a crew before the index wrote it)
+    os.utime(log, ns=(0, 1_000_000_000_000_000_000))
+
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    eventually(lambda: b"attempt 2\n" in log.read_bytes())
+    go.touch()
+    assert resumed.finish() == 0, resumed.err
+    shown = _crew("logs", store.run_id, "--timestamps", cwd=tmp_path).stdout.splitlines()
+
+    assert index.read_bytes().startswith(b"14 1000000000000000\n")  # what the log held, then
+    assert shown[:2] == [
+        "t | 2001-09-09T01:46:40.000Z attempt 1",
+        "t | 2001-09-09T01:46:40.000Z one",
+    ]
+    assert [line[29:] for line in shown[2:]] == ["attempt 2", "one", "two"]
+    assert all(line[4:8] >= "2026" for line in shown[2:])  # received by the new leader, now
