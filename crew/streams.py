@@ -76,10 +76,10 @@ def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes
 
 
 def log_tasks(store: RunStore, task_ids: Iterable[str]) -> list[str]:
-    """The tasks whose output `crew logs` shows: those named (each once, NotFound for one the
-    run lacks), or every task of the run, in its order."""
+    """The tasks whose output `crew logs` shows: those named (NotFound for one the run lacks),
+    or every task of the run, in its order."""
     state = store.state()
-    named = list(dict.fromkeys(task_ids))
+    named = list(task_ids)
     for task_id in named:
         state.task(task_id)
     return named or list(state.tasks)

@@ -73,10 +73,12 @@ def test_every_task_interleaved_in_the_order_received_after_padded_prefixes(
     shown = _crew("logs", store.run_id, cwd=tmp_path)
     named = _crew("logs", store.run_id, "builder", "a", "builder", cwd=tmp_path)
     one = _crew("logs", store.run_id, "builder", "--tail", "5", cwd=tmp_path)
+    twice = _crew("logs", store.run_id, "a", "a", cwd=tmp_path)
 
     assert (shown.returncode, shown.stdout, shown.stderr) == (0, INTERLEAVED, "")
     assert named.stdout == INTERLEAVED  # those named, each once, in the order received
     assert one.stdout == "b1\nb2\n"  # one task: no prefix
+    assert twice.stdout == "a1\na2\na3\n"  # one task named twice: its log as stored
     assert logindex.index_path(store.paths.log("a")).read_bytes().count(b"\n") >= 3
 
 
@@ -91,6 +93,7 @@ def test_tail_since_and_timestamps(tmp_path: Path, home: Home) -> None:
 
     tail = _crew("logs", store.run_id, "--tail", "1", cwd=tmp_path)
     none = _crew("logs", store.run_id, "--tail", "0", cwd=tmp_path)
+    every = _crew("logs", store.run_id, "--tail", "9" * 30, cwd=tmp_path)
     since = _crew("logs", store.run_id, "--since", b2, cwd=tmp_path)
     recent = _crew("logs", store.run_id, "--since", "1h", cwd=tmp_path)
 
@@ -98,6 +101,7 @@ def test_tail_since_and_timestamps(tmp_path: Path, home: Home) -> None:
     assert times == sorted(times)
     assert tail.stdout == "builder | b2\na       | a3\n"
     assert (none.returncode, none.stdout) == (0, "")
+    assert (every.returncode, every.stdout) == (0, INTERLEAVED)
     assert since.stdout == "builder | b2\na       | a3\n"
     assert recent.stdout == INTERLEAVED
 

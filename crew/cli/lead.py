@@ -271,7 +271,7 @@ def logs(
     from crew.render_streams import LineStyle, show_lines, show_output
     from crew.streams import follow_lines, follow_log, log_tasks
 
-    named = [check_task_id(task) for task in tasks or []]
+    named = list(dict.fromkeys(check_task_id(task) for task in tasks or []))
     lines = _line_count(tail)
     since_us = _since(since)
     store = open_run(run, home)
@@ -302,7 +302,7 @@ def _line_count(text: str | None) -> int | None:
 
     if not text.isascii() or not text.isdigit():
         raise UsageError(f"--tail: expected a number of lines (0 or more), got {text!r}.")
-    return int(text)
+    return int(text) if len(text) < 19 else sys.maxsize  # more lines than any log holds
 
 
 def _since(text: str | None) -> int | None:
