@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,13 +79,13 @@ class TaskLog:
     def __init__(self, task_id: str, log: Path) -> None:
         self.task_id = task_id
         self._log = log
-        self._index = index_path(log)
+        self._index_path = index_path(log)
         self._log_offset = 0  # how far the log has been read
         self._index_offset = 0
-        self._index_rest = b""  # a record not ended yet
-        self._records: deque[tuple[int, int]] = deque()  # (end, time) past what was shown
+        self._index = bytearray()  # read from the index, parsed as lines need its records
+        self._parsed = 0
+        self._record: tuple[int, int] | None = None  # (end, time): the first not behind us
         self._indexed = False  # the log has an index (a run from before it has none)
-        self._last_end = 0
         self._pending = bytearray()  # read, not yet shown: starts at `_shown`
         self._shown = 0
         self._last_time = 0
@@ -132,10 +131,23 @@ class TaskLog:
 
     def _time_of(self, end: int) -> int | None:
         """The time of the first record reaching `end` (None: no record does yet)."""
-        records = self._records
-        while records and records[0][0] < end:
-            records.popleft()
-        return records[0][1] if records else None
+        while self._record is None or self._record[0] < end:
+            self._record = self._next_record()
+            if self._record is None:
+                return None
+        return self._record[1]
+
+    def _next_record(self) -> tuple[int, int] | None:
+        """The next record (None: none was written yet). One that does not grow is passed over
+        by `_time_of`, as lines only grow."""
+        while (newline := self._index.find(b"\n", self._parsed)) >= 0:
+            end, _, time_us = bytes(self._index[self._parsed : newline]).partition(b" ")
+            self._parsed = newline + 1
+            if end.isdigit() and time_us.isdigit():  # else torn or foreign: it says nothing
+                return int(end), int(time_us)
+        del self._index[: self._parsed]
+        self._parsed = 0
+        return None
 
     def _read_log(self) -> Iterator[bytes]:
         try:
@@ -149,21 +161,14 @@ class TaskLog:
 
     def _read_index(self) -> None:
         try:
-            with open_read(self._index) as handle:
+            with open_read(self._index_path) as handle:
                 handle.seek(self._index_offset)
                 data = handle.read()
         except FileNotFoundError:
             return
         self._indexed = True
         self._index_offset += len(data)
-        *complete, self._index_rest = (self._index_rest + data).split(b"\n")
-        for line in complete:
-            end, _, time_us = line.partition(b" ")
-            if not (end.isdigit() and time_us.isdigit()):
-                continue  # not a record: a torn or foreign line says nothing
-            if int(end) > self._last_end:  # an anchor may repeat what is known
-                self._last_end = int(end)
-                self._records.append((int(end), int(time_us)))
+        self._index += data
 
     def _mtime_us(self) -> int:
         try:
