@@ -104,9 +104,12 @@ def follow_lines(
     try:
         while True:
             ended = not follow or _ended(store, logs, every_task=every_task)
+            # The leader writes records in time order: every line received by the newest time
+            # read now is in the logs once they are read again, after it (docs/design.md).
+            until = None if ended else max((log.newest() for log in logs.values()), default=0)
             batches: list[Iterable[TimedLine]] = []
             for log in logs.values():
-                lines: Iterable[TimedLine] = log.lines(final=ended)
+                lines: Iterable[TimedLine] = log.lines(final=ended, until_us=until)
                 if since_us is not None:
                     lines = (line for line in lines if line.time_us >= since_us)
                 if first and tail is not None:

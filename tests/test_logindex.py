@@ -124,3 +124,16 @@ def test_a_leader_never_writes_an_index_through_a_link(tmp_path: Path) -> None:
         os.close(fd)
 
     assert not target.exists()
+
+
+def test_following_holds_lines_received_after_the_horizon(tmp_path: Path) -> None:
+    log = _log(tmp_path, b"one\ntwo\n", b"4 100\n8 200\n9 30")  # the last record not ended
+    reader = TaskLog("t", log)
+
+    newest = reader.newest()
+    early = list(reader.lines(final=False, until_us=150))
+    later = list(reader.lines(final=False, until_us=200))
+
+    assert newest == 200
+    assert early == [TimedLine("t", b"one", 100)]
+    assert later == [TimedLine("t", b"two", 200)]

@@ -86,14 +86,20 @@ class TaskLog:
         self._parsed = 0
         self._record: tuple[int, int] | None = None  # (end, time): the first not behind us
         self._indexed = False  # the log has an index (a run from before it has none)
+        self._newest = 0
         self._pending = bytearray()  # read, not yet shown: starts at `_shown`
         self._shown = 0
         self._last_time = 0
 
-    def lines(self, *, final: bool) -> Iterator[TimedLine]:
+    def newest(self) -> int:
+        """The time of the newest record written so far (0: none)."""
+        self._read_index()
+        return self._newest
+
+    def lines(self, *, final: bool, until_us: int | None = None) -> Iterator[TimedLine]:
         """The complete lines not shown yet, in order. Unless `final`, stops at a line the index
-        does not cover yet (the leader writes its record just after the line); with `final`,
-        shows the rest too, and a last line without a newline."""
+        does not cover yet (the leader writes its record just after the line), or received
+        after `until_us`; with `final`, shows the rest too, and a last line without a newline."""
         self._read_index()
         mtime_us = None
         for chunk in self._read_log():
@@ -104,10 +110,10 @@ class TaskLog:
                     break
                 size = end + 1 if end >= 0 else MAX_LINE
                 time_us = self._time_of(self._shown + size)
+                if not final and self._held(time_us, until_us):
+                    self._unread()
+                    return
                 if time_us is None:
-                    if not final and self._indexed:
-                        self._unread()
-                        return
                     if mtime_us is None:
                         mtime_us = self._mtime_us()
                     time_us = mtime_us
@@ -116,6 +122,12 @@ class TaskLog:
             if mtime_us is None:
                 mtime_us = self._mtime_us()
             yield self._take(len(self._pending), self._time_of(self._log_offset) or mtime_us)
+
+    def _held(self, time_us: int | None, until_us: int | None) -> bool:
+        """Whether a line waits (while following): for its record, or till `until_us`."""
+        if time_us is None:
+            return self._indexed
+        return until_us is not None and time_us > until_us
 
     def _take(self, size: int, time_us: int, *, newline: bool = False) -> TimedLine:
         text = bytes(self._pending[: size - 1 if newline else size])
@@ -169,6 +181,11 @@ class TaskLog:
         self._indexed = True
         self._index_offset += len(data)
         self._index += data
+        ended = self._index.rfind(b"\n")
+        if ended >= 0:
+            last = self._index[:ended].rpartition(b"\n")[2].partition(b" ")[2]
+            if last.isdigit():
+                self._newest = max(self._newest, int(last))
 
     def _mtime_us(self) -> int:
         try:
