@@ -54,6 +54,13 @@ hold one compact object per line, keys in the same order.
 | `events.jsonl` | [event](#event), one per line |
 | `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
 a later line with the same `id` supersedes an earlier one |
+| `logs/<taskId>.log` | the worker's stdout and stderr, every byte as received, nothing added \
+(all its attempts, one after the other) |
+| `logs/<taskId>.idx` | when the log's bytes were received: one line `<end> <time>` per write \
+to the log — the log's size after it, and when the newest of its bytes was read \
+(microseconds since 1970, UTC), e.g. `5271 1796077794116465`; a line's time is that of the \
+first record whose end reaches the line's end, a line past the last record has the log's \
+modification time (docs/design.md, "crew logs") |
 | `.runtime/leader.json` | [leader](#leader) |
 | `.runtime/applied`, `.runtime/<box>.pending.json` | caches of what the files above say, \
 rebuilt when missing or stale (docs/design.md: the applied marker, the pending index) |

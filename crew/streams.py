@@ -1,13 +1,17 @@
-"""Following a run as it goes: its event log, and a worker's output."""
+"""Following a run as it goes: its event log, and its workers' output."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 from crew.models import Event
 from crew.registry import EventType
 from crew.store import eventlog, jsonl
 from crew.store.files import open_read
+from crew.store.logindex import TaskLog, TimedLine
 from crew.store.runstore import RunStore
 from crew.store.watch import watch_folders
 
@@ -69,3 +73,67 @@ def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes
     finally:
         if watcher is not None:
             watcher.close()
+
+
+def log_tasks(store: RunStore, task_ids: Iterable[str]) -> list[str]:
+    """The tasks whose output `crew logs` shows: those named (NotFound for one the run lacks),
+    or every task of the run, in its order."""
+    state = store.state()
+    named = list(task_ids)
+    for task_id in named:
+        state.task(task_id)
+    return named or list(state.tasks)
+
+
+def follow_lines(
+    store: RunStore,
+    task_ids: list[str],
+    *,
+    every_task: bool,
+    follow: bool,
+    tail: int | None = None,
+    since_us: int | None = None,
+) -> Iterator[Iterator[TimedLine]]:
+    """The output of `task_ids` as lines in the order they were received, batch by batch: read
+    each batch before asking for the next (`tail`: only the last lines of each task; `since_us`:
+    only those received since). With `follow`, keeps going until the tasks have ended
+    (`every_task`: until the run has, taking in tasks added to it on the way)."""
+    logs = {task_id: TaskLog(task_id, store.paths.log(task_id)) for task_id in task_ids}
+    watcher = watch_folders([store.paths.logs_dir, store.paths.root]) if follow else None
+    first = True
+    try:
+        while True:
+            ended = not follow or _ended(store, logs, every_task=every_task)
+            # The leader writes records in time order: every line received by the newest time
+            # read now is in the logs once they are read again, after it (docs/design.md).
+            until = None if ended else max((log.newest() for log in logs.values()), default=0)
+            batches: list[Iterable[TimedLine]] = []
+            for log in logs.values():
+                lines: Iterable[TimedLine] = log.lines(final=ended, until_us=until)
+                if since_us is not None:
+                    lines = (line for line in lines if line.time_us >= since_us)
+                if first and tail is not None:
+                    lines = deque(lines, maxlen=tail)
+                batches.append(lines)
+            # Each task's lines are in time order: merging keeps ties in task order.
+            yield heapq.merge(*batches, key=attrgetter("time_us"))
+            first = False
+            if watcher is None or ended:
+                return
+            # The timeout only guards against a missed notification; changes wake it at once.
+            watcher.wait(5.0)
+    finally:
+        if watcher is not None:
+            watcher.close()
+
+
+def _ended(store: RunStore, logs: dict[str, TaskLog], *, every_task: bool) -> bool:
+    """Whether what is followed has ended (read before the logs: their last lines are in them
+    by then). Following every task, tasks the run gained join `logs`."""
+    state = store.state()
+    if not every_task:
+        return all(state.task(task_id).status.terminal for task_id in logs)
+    for task_id in state.tasks:
+        if task_id not in logs:
+            logs[task_id] = TaskLog(task_id, store.paths.log(task_id))
+    return state.run.status.terminal

@@ -355,6 +355,10 @@ def test_logs_of_a_task_that_printed_nothing_yet(
     assert capsys.readouterr().out == ""
     _refused(store, "logs", "latest", "nope")
     _refused(store, "logs", "latest", "plan", "-f")
+    _refused(store, "logs", "latest")  # every task, interleaved: the full command's
+    _refused(store, "logs", "latest", "plan", "build")
+    for options in (["--timestamps"], ["--json"], ["--tail", "1"], ["--since", "1h"]):
+        _refused(store, "logs", "latest", "plan", *options)
     store.paths.logs_dir.mkdir(exist_ok=True)
     store.paths.log("plan").mkdir()  # not a file: the full command says so
     _refused(store, "logs", "latest", "plan")

@@ -195,28 +195,143 @@ def wait(
     return emit(wait_for_run(store, until, task_id=task, timeout=limit), json=json)
 
 
+TasksArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="The tasks (default: every task of the run).", metavar="TASK", show_default=False
+    ),
+]
+FollowOption = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        "-f",
+        help="Keep printing until the tasks (or, with no TASK, the run) have ended.",
+    ),
+]
+TailOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tail",
+        help="Only the last N lines of each task (then, with -f, what follows).",
+        metavar="N",
+        show_default=False,
+    ),
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only lines received since then: a duration ago (10m) or an ISO 8601 time "
+        "(2026-11-30T12:00:00Z; UTC when it names no zone).",
+        metavar="WHEN",
+        show_default=False,
+    ),
+]
+TimestampsOption = Annotated[
+    bool,
+    typer.Option(
+        "--timestamps", help="Begin each line with when it was received (ISO 8601, UTC, ms)."
+    ),
+]
+LogsJsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help='JSON lines, one per line of output: {"task": id, "time": when it was received '
+        '(ISO 8601 UTC), "line": its text without the newline (UTF-8; other bytes replaced)}.',
+    ),
+]
+RawOption = Annotated[
+    bool,
+    typer.Option(
+        "--raw",
+        help="The bytes exactly as received, even on a terminal (where control sequences "
+        "other than colours are otherwise shown as text).",
+    ),
+]
+
+
 def logs(
     run: RunArgument,
-    task: Annotated[str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)],
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing until the task has ended.")
-    ] = False,
-    raw: Annotated[
-        bool,
-        typer.Option(
-            "--raw",
-            help="The bytes exactly as received, even on a terminal (where control sequences "
-            "other than colours are otherwise shown as text).",
-        ),
-    ] = False,
+    tasks: TasksArgument = None,
+    follow: FollowOption = False,
+    tail: TailOption = None,
+    since: SinceOption = None,
+    timestamps: TimestampsOption = False,
+    json: LogsJsonOption = False,
+    raw: RawOption = False,
     home: HomeOption = None,
 ) -> None:
-    """Print a worker's output (stdout and stderr, as received; made safe on a terminal)."""
-    from crew.ids import check_task_id
-    from crew.render_streams import show_output
-    from crew.streams import follow_log
+    """Print workers' output (stdout and stderr, as received; made safe on a terminal).
 
-    check_task_id(task)
+    Every task's, line by line in the order received, each line after its task id (`coder |
+    …`); or the named tasks' (one TASK: its output as stored, without prefixes)."""
+    from crew.ids import check_task_id
+    from crew.render_streams import LineStyle, show_lines, show_output
+    from crew.streams import follow_lines, follow_log, log_tasks
+
+    named = list(dict.fromkeys(check_task_id(task) for task in tasks or []))
+    lines = _line_count(tail)
+    since_us = _since(since)
     store = open_run(run, home)
-    store.state().task(task)  # NotFound for a task the run does not have
-    show_output(follow_log(store, task, follow=follow), raw=raw, flush=follow)
+    shown = log_tasks(store, named)
+    if len(named) == 1 and lines is None and since_us is None and not (timestamps or json):
+        show_output(follow_log(store, named[0], follow=follow), raw=raw, flush=follow)
+        return
+    terminal = sys.stdout.isatty()
+    style = LineStyle(
+        tuple(shown),
+        prefixed=len(named) != 1,
+        timestamps=timestamps,
+        json=json,
+        raw=raw or not terminal,
+        colour=terminal and not json and _colours(),
+    )
+    batches = follow_lines(
+        store, shown, every_task=not named, follow=follow, tail=lines, since_us=since_us
+    )
+    show_lines(batches, style, flush=follow)
+
+
+def _line_count(text: str | None) -> int | None:
+    """--tail N: a number of lines, 0 or more."""
+    if text is None:
+        return None
+    from crew.errors import UsageError
+
+    if not text.isascii() or not text.isdigit():
+        raise UsageError(f"--tail: expected a number of lines (0 or more), got {text!r}.")
+    return int(text) if len(text) < 19 else sys.maxsize  # more lines than any log holds
+
+
+def _since(text: str | None) -> int | None:
+    """--since: a duration ago, or an ISO 8601 time; microseconds since the epoch."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    from crew.clock import parse_duration
+    from crew.errors import UsageError
+
+    now = datetime.now(UTC)
+    try:
+        moment = now.timestamp() - parse_duration(text)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            raise UsageError(
+                "--since: expected a duration like '10m' or an ISO 8601 time like "
+                f"'2026-11-30T12:00:00Z', got {text!r}."
+            ) from None
+        moment = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return int(moment * 1_000_000)
+
+
+def _colours() -> bool:
+    """Whether stdout shows colours, as every table of crew decides it (NO_COLOR, TERM=dumb)."""
+    from crew.render import console
+
+    shown = console()
+    return shown.is_terminal and shown.color_system is not None and not shown.no_color

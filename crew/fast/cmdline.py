@@ -68,7 +68,7 @@ SPECS: dict[str, Spec] = {
         ("run", "task"),
         flags=frozenset({"--raw"}),
         values=frozenset({"--home"}),
-        slow=frozenset({"--follow", "-f"}),
+        slow=frozenset({"--follow", "-f", "--tail", "--since", "--timestamps", "--json"}),
     ),
     "events": Spec(
         ("run",),

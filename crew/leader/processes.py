@@ -24,6 +24,7 @@ from crew.models import MailboxMessage
 from crew.paths import RunPaths
 from crew.procs import tree
 from crew.procs.cgroup import Cgroup, CgroupHome
+from crew.store import logindex
 from crew.store.files import open_fd
 
 #: How long a worker gets between SIGTERM and SIGKILL, and to exit once its stdin is closed.
@@ -286,12 +287,15 @@ def start_worker(
     """Start one attempt's worker (OSError when its command cannot be started, ValueError when
     a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    index_fd, logged = logindex.open_index(paths.log(task_id), log_fd)
     group = _new_cgroup(launch, task_id, attempt)
     join = group.procs if group is not None else None
     try:
         process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=join)
     except BaseException:
         os.close(log_fd)
+        if index_fd >= 0:
+            os.close(index_fd)
         if group is not None:
             group.remove()
         raise
@@ -303,6 +307,8 @@ def start_worker(
         log_fd,
         monitors.Clock(started=now, last_output=now),
         open_streams=1 if process.stderr is None else 2,
+        index_fd=index_fd,
+        logged=logged,
     )
     with contextlib.suppress(OSError, AttributeError):
         worker.pidfd = os.pidfd_open(process.pid)

@@ -2,8 +2,9 @@
 stdin, its exit (crew/leader/processes.py holds them all).
 
 A worker's output goes to its log exactly as received (what a full disk keeps out waits in
-`unlogged`, in order). Messages written to its stdin are `in_flight` until the pipe has taken
-every byte; only then are they recorded as delivered.
+`unlogged`, in order), and when it was received to the log's index (crew/store/logindex.py).
+Messages written to its stdin are `in_flight` until the pipe has taken every byte; only then are
+they recorded as delivered.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from crew.leader import monitors
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage
 from crew.procs import signal_group, tree
+from crew.store import logindex
 
 _READ = 65536
 #: A line longer than this without a newline is taken as it is (it is not a protocol line).
@@ -88,6 +90,10 @@ class WorkerProcess:
     kill_at: float | None = None
     #: Its whole process tree (crew.procs.tree), its cgroup if it has one.
     owner: tree.Owner | None = None
+    #: The log's index (-1: none), the log's size, and when the newest output was read.
+    index_fd: int = -1
+    logged: int = 0
+    received_us: int = 0
 
     @property
     def pid(self) -> int:
@@ -121,6 +127,7 @@ class WorkerProcess:
         if not data:
             self.unlogged += self.unended.pop(fd, b"")  # the stream's last bytes, ended or not
             return None
+        self.received_us = logindex.now_us()
         if self.process.stderr is None:  # one stream: the log gets it as it comes
             self.unlogged += data
             return data
@@ -141,9 +148,15 @@ class WorkerProcess:
             for pending in self.unended.values():
                 self.unlogged += pending
             self.unended.clear()
-        while self.unlogged:
-            written = os.write(self.log_fd, self.unlogged)
-            del self.unlogged[:written]
+        start = self.logged
+        try:
+            while self.unlogged:
+                written = os.write(self.log_fd, self.unlogged)
+                del self.unlogged[:written]
+                self.logged += written
+        finally:
+            if self.logged > start and self.index_fd >= 0:
+                logindex.append(self.index_fd, self.logged, self.received_us)
 
     def drain(self, *, parse: bool) -> list[bytes]:
         """Once it has exited: log what its pipes still hold; the complete stdout lines."""
@@ -237,3 +250,6 @@ class WorkerProcess:
                 self.flush_log(unended=True)
         os.close(self.log_fd)
         self.log_fd = -1
+        if self.index_fd >= 0:
+            os.close(self.index_fd)
+            self.index_fd = -1
