@@ -7,14 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SESSION, snapshot_files
+from conftest import SESSION, config, snapshot_files
 from leaders import Leader, eventually, store_of, toml_value, write_crew
 
 from crew import verbs
+from crew.leader import notify
+from crew.leader.view import RunView
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import EventType, MessageKind, RunStatus
@@ -216,3 +219,23 @@ def test_a_bad_notify_entry_is_a_config_error_that_writes_nothing(
     assert done.stderr == f"crew: error: {crew_toml}: {problem}\n"
     assert done.stdout == ""
     assert snapshot_files(home.root) == before
+
+
+def test_notifications_beyond_the_queue_are_recorded_as_not_run(
+    make_run: Callable[..., RunStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notify, "MAX_RUNNING", 1)
+    monkeypatch.setattr(notify, "MAX_QUEUED", 1)
+    tasks = [{"id": f"t{i}", "agent": "coder", "prompt": "p"} for i in (1, 2, 3)]
+    entry = {"on": "task.queued", "command": ["sleep", "0.5"]}
+    store = make_run(config(tasks=tasks, notify=[entry]))  # three task.queued events
+    view = RunView(store, 0)
+    notifier = notify.Notifier(store.paths, store.state().run, 0, lambda: None)
+
+    notifier.notice(view)  # one runs, one waits, the third finds the queue full
+    notifier.close(view)
+
+    (dropped,) = events_of(store, EventType.NOTIFY_FAILED)
+    assert dropped.data is not None and dropped.data["event"]["seq"] == 4
+    assert dropped.data["reason"] == "not run: 2 notifications were already waiting"
+    assert dropped.task_id == "t3"
