@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -89,7 +90,6 @@ class Notifier:
         #: The jobs given to the threads and not known to be done yet.
         self._jobs: list[tuple[Job, Future[None]]] = []
         self._failures: list[Failure] = []
-        self._running: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
 
     def notice(self, view: RunView) -> None:
@@ -170,15 +170,19 @@ class Notifier:
     # ------------------------------------------------------------------ the threads' side
 
     def _run(self, job: Job) -> None:
-        """Run one command to its end or its timeout; a failure goes back to the loop."""
+        """Run one command to its end or its timeout; a failure goes back to the loop (crew's
+        own errors too: raised in a thread, they would be lost)."""
+        ready = False
         try:
             with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stderr:
                 stdin.write(event_document(job.event).encode())
                 stdin.flush()
                 stdin.seek(0)
+                ready = True
                 self._run_with(job, stdin, stderr)
-        except Exception as error:  # no temporary file (a full disk): not run, and said so
-            self._failed(job, f"not run: {short(str(error) or type(error).__name__, 200)}")
+        except Exception as error:  # before `ready`: no temporary file (a full disk)
+            what = short(str(error) or type(error).__name__, 200)
+            self._failed(job, f"{'crew could not follow it' if ready else 'not run'}: {what}")
 
     def _run_with(self, job: Job, stdin: IO[bytes], stderr: IO[bytes]) -> None:
         argv, timeout = job.config.command, job.config.timeout
@@ -194,18 +198,11 @@ class Notifier:
             what = error.strerror or str(error) or type(error).__name__
             self._failed(job, f"cannot start {argv[0]!r}: {what}")
             return
-        with self._lock:
-            self._running.add(process)
-        timed_out = False
-        try:
-            code = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        code = exit_within(process, timeout)
+        timed_out = code is None
+        if code is None:
             signal_group(process.pid, signal.SIGKILL)  # not reaped yet: the pid is still its
             code = process.wait()
-        finally:
-            with self._lock:
-                self._running.discard(process)
         if code == 0 and not timed_out:
             return
         why = (
@@ -224,6 +221,24 @@ class Notifier:
         if event.task_id is not None:
             variables[env.TASK_ID.name] = event.task_id
         return variables
+
+
+def exit_within(process: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """The process's exit code (reaped) once it exits, or None if it still runs after `timeout`
+    seconds. Woken by the exit itself through a pidfd; Popen's own wait, which polls, only
+    where the system has no pidfds."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (OSError, AttributeError):
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+    try:
+        exited, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return process.wait() if exited else None
 
 
 def event_document(event: Event) -> str:
