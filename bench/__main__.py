@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 
 import crew
-from bench import cli, delivery, history, leader_load, oneshot, store
+from bench import cli, delivery, history, leader_load, notify, oneshot, store
 from bench.common import Row
 
 BENCHMARKS = {
     "history": history.run,
     "store": store.run,
     "delivery": delivery.run,
+    "notify": notify.run,
     "oneshot": oneshot.run,
     "leader_load": leader_load.run,
     "cli": cli.run,

@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
-    WithJsonSchema,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from crew.clock import format_duration, parse_duration
+from crew.clock import format_duration
+from crew.config_base import ConfigModel, Duration
+from crew.config_base import split_command as _split_command
 from crew.errors import UsageError
 from crew.ids import TASK_ID_PATTERN
+from crew.notify_config import NotifyConfig
 from crew.registry import (
     BLOCKING_CONTACTS,
     AgentInput,
@@ -32,21 +31,6 @@ from crew.registry import (
     WorkerRight,
 )
 from crew.text import clip
-
-#: Seconds; written in crew.toml as "500ms", "30s", "2m", "1h" or a number of seconds.
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)?$"},
-                {"type": "number", "minimum": 0},
-            ],
-            "description": "a duration: '500ms', '30s', '2m', '1h', or a number of seconds",
-        }
-    ),
-]
 
 DEFAULT_BODY_LIMIT = 64 * 1024
 #: The largest body limit crew.toml may set: its worst-case JSON escaping (six bytes a byte),
@@ -68,27 +52,6 @@ HEARTBEAT_INTERVAL = 1.0
 #: The shortest `leaderStaleAfter`: three missed heartbeats. Shorter, a leader that is merely
 #: slow (a loaded machine, a long fsync) would be taken for gone and replaced.
 MIN_LEADER_STALE_AFTER = 3 * HEARTBEAT_INTERVAL
-
-
-def _split_command(value: Any) -> Any:
-    return shlex.split(value) if isinstance(value, str) else value
-
-
-class CamelModel(BaseModel):
-    """Base of every model of a file crew reads: camelCase in the file, snake_case in Python."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-    )
-
-
-class ConfigModel(CamelModel):
-    """Base of crew.toml's sections: an unknown key is an error (most likely a typo)."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class CrewSection(ConfigModel):
@@ -223,6 +186,7 @@ class CrewConfig(ConfigModel):
     tasks: Annotated[list[TaskConfig], Field(min_length=1)]
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     auto_respond: list[AutoRespondRule] = Field(default_factory=list)
+    notify: list[NotifyConfig] = Field(default_factory=list)
 
     def agent_for(self, task: TaskConfig) -> AgentConfig:
         return self.agents[task.agent]

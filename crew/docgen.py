@@ -288,6 +288,7 @@ SECTIONS: dict[str, dict[str, Callable[[], str]]] = {
         "exit codes": exit_code_table,
         "variables you set": partial(variable_table, Scope.USER),
         "variables a worker receives": partial(variable_table, Scope.LEADER),
+        "variables a notify command receives": partial(variable_table, Scope.NOTIFY),
     },
 }
 

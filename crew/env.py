@@ -18,6 +18,7 @@ class Scope(StrEnum):
 
     USER = "you"
     LEADER = "the leader, for each worker"
+    NOTIFY = "the leader, for each [[notify]] command"
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Variable:
 
 HOME = Variable(
     "CREW_HOME",
-    frozenset({Scope.USER, Scope.LEADER}),
+    frozenset({Scope.USER, Scope.LEADER, Scope.NOTIFY}),
     "the crew home (`.crew` folder) to use, instead of searching upwards from the current folder "
     "(a worker gets its run's home, so its own `crew` commands reach its run)",
 )
@@ -89,13 +90,24 @@ FAULT = Variable(
     frozenset({Scope.USER}),
     "crash tests only: kill the process at a named write (see crew/faults.py)",
 )
-RUN_ID = Variable("CREW_RUN_ID", frozenset({Scope.LEADER}), "the run the worker belongs to")
-TASK_ID = Variable("CREW_TASK_ID", frozenset({Scope.LEADER}), "the task the worker runs")
+RUN_ID = Variable(
+    "CREW_RUN_ID",
+    frozenset({Scope.LEADER, Scope.NOTIFY}),
+    "the run the worker belongs to (a notify command: the run of the event)",
+)
+TASK_ID = Variable(
+    "CREW_TASK_ID",
+    frozenset({Scope.LEADER, Scope.NOTIFY}),
+    "the task the worker runs (a notify command: the event's task; unset for an event of the "
+    "whole run)",
+)
 ATTEMPT = Variable(
     "CREW_ATTEMPT", frozenset({Scope.LEADER}), "which attempt of the task this is (1, 2, …)"
 )
 STATE_DIR = Variable(
-    "CREW_STATE_DIR", frozenset({Scope.LEADER}), "the run's folder (`state/runs/<runId>`)"
+    "CREW_STATE_DIR",
+    frozenset({Scope.LEADER, Scope.NOTIFY}),
+    "the run's folder (`state/runs/<runId>`)",
 )
 CHECKPOINT = Variable(
     "CREW_CHECKPOINT",
@@ -109,6 +121,11 @@ WORKER_TOKEN = Variable(
     frozenset({Scope.LEADER}),
     "the secret that makes the worker's `crew` commands count as its task's (the run keeps only "
     "its hash); new for every attempt",
+)
+EVENT_TYPE = Variable(
+    "CREW_EVENT_TYPE",
+    frozenset({Scope.NOTIFY}),
+    "the type of the event the command is run for (the whole event is on its stdin, as JSON)",
 )
 
 VARIABLES: tuple[Variable, ...] = (
@@ -128,6 +145,7 @@ VARIABLES: tuple[Variable, ...] = (
     CHECKPOINT,
     PROTOCOL,
     WORKER_TOKEN,
+    EVENT_TYPE,
 )
 
 #: The variables the leader sets for each worker: what makes a process one of a task's.

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Self
 from pydantic import ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
 from crew.clock import TIMESTAMP_PATTERN
-from crew.config import CamelModel, CrewConfig
+from crew.config import CrewConfig
+from crew.config_base import CamelModel
 from crew.errors import Corrupt
 from crew.ids import RUN_ID_PATTERN, TASK_ID_PATTERN
 from crew.registry import (

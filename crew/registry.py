@@ -298,6 +298,7 @@ class EventType(StrEnum):
     OWNERSHIP_TRANSFERRED = "ownership.transferred"
     ATTENTION_DECISION = "attention.decision"
     STATE_REPAIRED = "state.repaired"
+    NOTIFY_FAILED = "notify.failed"  # a [[notify]] command failed, timed out, or was not run
 
 
 #: The event recorded when a task enters each status.
@@ -310,6 +311,36 @@ TASK_STATUS_EVENT: dict[TaskStatus, EventType] = {
     TaskStatus.FAILED: EventType.TASK_FAILED,
     TaskStatus.CANCELLED: EventType.TASK_CANCELLED,
 }
+
+
+class NotifyTrigger(StrEnum):
+    """Short names a `[[notify]]` entry's `on` may use besides any event type."""
+
+    CONTACT = "contact"  # a worker asked a question
+    FLAGGED = "flagged"  # a task was flagged needs_review
+    FAILED = "failed"  # a task failed for good (no attempt left)
+
+    @property
+    def event(self) -> EventType:
+        return _TRIGGER_EVENT[self]
+
+
+_TRIGGER_EVENT = {
+    NotifyTrigger.CONTACT: EventType.SUPERVISOR_CONTACT,
+    NotifyTrigger.FLAGGED: EventType.TASK_FLAGGED,
+    NotifyTrigger.FAILED: EventType.TASK_FAILED,
+}
+#: Events no notification is run for: a failing command would notify of its own failure.
+UNNOTIFIABLE_EVENTS = frozenset({EventType.NOTIFY_FAILED})
+
+
+def notify_event(name: str) -> EventType | None:
+    """The event type a `[[notify]]` trigger names (a NotifyTrigger or an event type), if any."""
+    if name in NotifyTrigger.__members__.values():
+        return NotifyTrigger(name).event
+    if name in EventType.__members__.values():
+        return EventType(name)
+    return None
 
 
 class AgentInput(StrEnum):

@@ -65,6 +65,10 @@ prompt = "say hello"
 # type = "need_confirmation"
 # match = "(?i)run the tests"
 # answer = "yes"
+
+# [[notify]]                # run a command when a worker asks, is flagged or fails
+# on = ["contact", "flagged", "failed"]   # or any event type, such as "run.ended"
+# command = ["notify-send", "crew", "a worker needs you"]   # gets the event as JSON on stdin
 """
 
 

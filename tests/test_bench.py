@@ -1,6 +1,7 @@
 """The benchmarks still run: they call into crew's library and its command, so a change there
 can break them without any other test noticing. The quick sizes of the library-level ones, and
-of delivery (the spawner, a live leader, a real `crew steer`), are run here."""
+of delivery (the spawner, a live leader, a real `crew steer`) and of notify (a live leader
+running a `[[notify]]` command), are run here."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.bench
 def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREW_")}
-    only = ["--only", "store", "--only", "history", "--only", "delivery"]
+    only = ["--only", "store", "--only", "history", "--only", "delivery", "--only", "notify"]
     output = ["--output", str(tmp_path / "results.json")]
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", *only, *output],
@@ -32,4 +33,5 @@ def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
     assert "crew follow-up transaction, fsync off" in done.stdout
     assert "`crew steer` started → worker read" in done.stdout
     assert "status vs history" in done.stdout
+    assert "contact printed → `[[notify]]` command read it" in done.stdout
     assert (tmp_path / "results.json").is_file()

@@ -29,18 +29,14 @@ from crew.leader import autorespond, limits, monitors, schedule, secret_delivery
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
+from crew.leader.notify import Notifier
 from crew.leader.processes import Workers, describe_exit, start_worker
 from crew.leader.versions import Versions
 from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
-from crew.registry import (
-    LIVE_TASK_STATUSES,
-    MessageKind,
-    MessageSource,
-    RunStatus,
-)
+from crew.registry import LIVE_TASK_STATUSES, MessageKind, MessageSource, RunStatus
 from crew.store.lock import patience
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
@@ -70,6 +66,7 @@ class Leader:
         self._selector = selectors.DefaultSelector()
         self.workers = Workers(self._selector, self)
         self.wakeups = Wakeups(self._selector, [self.paths.root, self.paths.mailbox_dir])
+        self.notifier = Notifier(self.paths, self.state.run, lease.epoch, self.wakeups.wake)
         self._stop: str | None = None
         self._dirty = True
         self._timed_out = False
@@ -157,6 +154,7 @@ class Leader:
         self._record_folded_reports(now)
         self.view.flush_output_times(now)
         self.view.report_events()
+        self.notifier.notice(self.view)  # [[notify]] commands run in the background
         failed = self.health.degraded.faults > faults_before
         self.health.settle(now, retrying=retrying, held=bool(self.guard), failed=failed)
         if self.state.run.status.terminal and not len(self.workers) and not self.guard:
@@ -495,6 +493,7 @@ class Leader:
         for worker in self.guard.held_workers():
             worker.close_log(flush=True)
         self.workers.settle()
+        self.notifier.close(self.view)
         self.health.close()
         self.wakeups.close()
         self._selector.close()

@@ -1,4 +1,5 @@
-"""The one place worker processes are started: command, placeholders, cwd, env, process group."""
+"""The one place child processes are started — workers (command, placeholders, cwd, env, process
+group) and `[[notify]]` commands."""
 
 from __future__ import annotations
 
@@ -121,6 +122,24 @@ def start(
         if stream is not None:
             os.set_blocking(stream.fileno(), False)
     return process
+
+
+def start_command(
+    argv: list[str], *, cwd: Path, env: dict[str, str], stdin: int, stderr: int
+) -> subprocess.Popen[bytes]:
+    """Start a command that is not a worker (a `[[notify]]` command) in its own session and
+    process group, reading `stdin` and writing `stderr` (descriptors of files: no pipe the
+    leader would have to tend), its stdout discarded. Raises OSError when it cannot start."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=stdin,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def executable(launch: Launch) -> str:
