@@ -148,6 +148,8 @@ def _rank(document: dict[str, Any], key: str) -> tuple[int, int]:
     else:
         index = re.match(r"\d+", rest)
         entry = int(index[0]) if index else 0
+    if not rest:  # about the table as a whole (a dependency cycle): after its entries
+        entry = len(section) if isinstance(section, dict | list) else 0
     return table, entry
 
 
