@@ -329,3 +329,25 @@ def test_the_library_returns_the_problems(crew_toml: Callable[[str], Path]) -> N
     with pytest.raises(InvalidConfig) as caught:
         parse_config({"agents": {"a": {"command": ["x", "{promt}"]}}, "tasks": "none"})
     assert [p.key for p in caught.value.problems] == ["agents.a.command[1]", "tasks"]
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "crew-toml.md"
+
+
+def _blocks(kind: str) -> list[str]:
+    """The fenced blocks of one kind in docs/crew-toml.md, in order."""
+    text = DOC.read_text()
+    return [part.split("```", 1)[0] for part in text.split(f"```{kind}\n")[1:]]
+
+
+def test_the_docs_examples_are_what_crew_validate_says(cli: Cli, tmp_path: Path) -> None:
+    broken, complete = (b for b in _blocks("toml") if "[agents.coder]" in b)
+    invalid, ok = (b for b in _blocks("console") if b.startswith("$ crew validate .crew/crew."))
+    (tmp_path / ".crew" / "crew.toml").write_text(broken)
+
+    result = cli("validate", ".crew/crew.toml")
+    (tmp_path / ".crew" / "crew.toml").write_text(complete)
+    valid = cli("validate", ".crew/crew.toml")
+
+    assert invalid == f"$ crew validate .crew/crew.toml\n{result.err}$ echo $?\n{result.code}\n"
+    assert (valid.code, ok) == (0, f"$ crew validate .crew/crew.toml\n{valid.out}")
