@@ -10,11 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliResult, snapshot_files
+from conftest import CliResult, config, snapshot_files
 
+from crew.adapters import adapter_for
 from crew.config import PLACEHOLDERS, parse_config
 from crew.config_checks import ConfigProblem, InvalidConfig
+from crew.leader import spawn
 from crew.paths import Home
+from crew.store.runstore import RunStore
 from crew.validation import validate
 
 Cli = Callable[..., CliResult]
@@ -214,12 +217,26 @@ def test_an_unknown_placeholder_is_a_problem_with_a_fix(
     )
 
 
-def test_the_placeholders_checked_are_those_a_worker_is_given() -> None:
-    from crew.leader.spawn import _PLACEHOLDER_RE
+def test_every_placeholder_checked_is_filled_in_for_a_worker(
+    make_run: Callable[..., RunStore],
+) -> None:
+    every = [f"{{{name}}}" for name in PLACEHOLDERS]
+    store = make_run(config(agents={"coder": {"command": ["python3", *every, "{ x }"]}}))
+    state = store.state()
+    agent = state.run.config.agents["coder"]
 
-    assert sorted(_PLACEHOLDER_RE.findall(" ".join(f"{{{p}}}" for p in PLACEHOLDERS))) == sorted(
-        PLACEHOLDERS
+    launch = spawn.launch_for(
+        state.run, state.tasks["plan"], agent, store.paths, adapter_for(agent), attempt=1
     )
+
+    assert launch.argv[1:] == [
+        "Write a plan",
+        "plan",
+        state.run.run_id,
+        state.run.crew_dir,
+        sys.executable,
+        "{ x }",
+    ]
 
 
 def test_a_bad_duration_quotes_its_value_once(cli: Cli, crew_toml: Callable[[str], Path]) -> None:
