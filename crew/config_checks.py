@@ -186,12 +186,16 @@ def _describe(error: Any) -> ConfigProblem:
     if kind == "missing":
         return ConfigProblem(key, "required key is missing")
     message = str(error["msg"]).removeprefix("Value error, ")
+    message = _MODEL_NAME.sub("", message)  # crew.toml's readers know tables, not our classes
     got = error.get("input")
     shown = ""
     # A message that already quotes the value (a bad duration does) does not quote it again.
     if isinstance(got, str | int | float | bool) and repr(got) not in message:
         shown = f" (got {clip(repr(got), 60)})"
     return ConfigProblem(key, f"{message}{shown}")
+
+
+_MODEL_NAME = re.compile(r" or instance of \w+")
 
 
 def _did_you_mean(word: object, choices: list[str], *, shown: str = "{}") -> str | None:

@@ -368,3 +368,33 @@ def test_the_docs_examples_are_what_crew_validate_says(cli: Cli, tmp_path: Path)
 
     assert invalid == f"$ crew validate .crew/crew.toml\n{result.err}$ echo $?\n{result.code}\n"
     assert (valid.code, ok) == (0, f"$ crew validate .crew/crew.toml\n{valid.out}")
+
+
+def test_a_table_the_schema_refuses_does_not_hide_the_problems_of_the_others(
+    cli: Cli, crew_toml: Callable[[str], Path]
+) -> None:
+    crew_toml(
+        'tasks = [5, {id = "b", agnt = "x", prompt = "p", dependsOn = ["c"]}]\n'
+        "[agents.x]\n"
+        'command = ["run", "{tsk}"]\n'
+        "maxNudges = -1\n"
+    )
+
+    result = cli("validate", "crew.toml")
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        "crew: error: crew.toml: tasks[0]: Input should be a valid dictionary (got 5)\n"
+        "crew: error: crew.toml: tasks[1].agent: required key is missing\n"
+        "crew: error: crew.toml: tasks[1].agnt: unknown key\n"
+        "  hint: did you mean agent?\n"
+        "crew: error: crew.toml: tasks[1].dependsOn: unknown task 'c'\n"
+        "  hint: name the id of a task listed here\n"
+        "crew: error: crew.toml: agents.x.maxNudges: Input should be greater than or equal to 0 "
+        "(got -1)\n"
+        "crew: error: crew.toml: agents.x.command[1]: unknown placeholder {tsk} (it would reach "
+        "the worker as it is)\n"
+        "  hint: did you mean {task}? (the placeholders are {prompt}, {task}, {run}, {crewDir}, "
+        "{python})\n"
+        "crew: 6 problems in crew.toml.\n"
+    )
