@@ -189,8 +189,9 @@ def _describe(error: Any) -> ConfigProblem:
     message = _MODEL_NAME.sub("", message)  # crew.toml's readers know tables, not our classes
     got = error.get("input")
     shown = ""
-    # A message that already quotes the value (a bad duration does) does not quote it again.
-    if isinstance(got, str | int | float | bool) and repr(got) not in message:
+    # A message that already quotes the text (a bad duration does) does not quote it again.
+    quoted = isinstance(got, str) and repr(got) in message
+    if isinstance(got, str | int | float | bool) and not quoted:
         shown = f" (got {clip(repr(got), 60)})"
     return ConfigProblem(key, f"{message}{shown}")
 
