@@ -40,6 +40,9 @@ _EXPORTS = {
     "wait_for_run": "crew.waiting",
     "load_config": "crew.config",
     "CrewConfig": "crew.config",
+    "validate": "crew.validation",
+    "InvalidConfig": "crew.config_checks",
+    "ConfigProblem": "crew.config_checks",
     "Run": "crew.models",
     "Task": "crew.models",
     "Event": "crew.models",
@@ -48,6 +51,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ConfigProblem",
     "Corrupt",
     "CrewConfig",
     "CrewError",
@@ -55,6 +59,7 @@ __all__ = [
     "Event",
     "ExitCode",
     "Home",
+    "InvalidConfig",
     "LeadOptions",
     "MailboxMessage",
     "NotFound",
@@ -81,6 +86,7 @@ __all__ = [
     "run_status",
     "start_run",
     "steer",
+    "validate",
     "wait_for_run",
 ]
 
@@ -88,6 +94,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from crew.config import CrewConfig, load_config
+    from crew.config_checks import ConfigProblem, InvalidConfig
     from crew.domain.runs import create_run
     from crew.errors import (
         Corrupt,
@@ -104,6 +111,7 @@ if TYPE_CHECKING:
     from crew.paths import Home, find_home
     from crew.store.runstore import RunStore
     from crew.store.state import RunState
+    from crew.validation import validate
     from crew.verbs import cancel, follow_up, handoff, nudge, respond, steer
     from crew.views import list_runs, mailbox_view, run_status
     from crew.waiting import wait_for_run

@@ -34,11 +34,13 @@ from crew.text import format_counts, json_safe, short, terminal_safe
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from crew.config_checks import InvalidConfig
     from crew.models import Task, Usage
     from crew.results.admin import DoctorReport, Initialized, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
     from crew.results.sending import Cancelled, HandedOff, Sent
+    from crew.results.validating import Validation
 
 STATUS_STYLE = {
     TaskStatus.QUEUED: "dim",
@@ -74,9 +76,25 @@ def emit(result: Result, *, json: bool) -> int:
 
 def error(failure: CrewError) -> int:
     """A CrewError as one sentence (plus its hint) on stderr; returns its exit code."""
+    # Only an InvalidConfig lists problems, and one was raised only if its module is loaded:
+    # printing any other error does not load pydantic to find out.
+    checks = sys.modules.get("crew.config_checks")
+    if checks is not None and isinstance(failure, checks.InvalidConfig):
+        return _config_problems(failure)
     sys.stderr.write(f"crew: error: {terminal_safe(failure.message)}\n")
     if failure.hint:
         sys.stderr.write(f"{terminal_safe(failure.hint, lines=True)}\n")
+    return int(failure.exit_code)
+
+
+def _config_problems(failure: InvalidConfig) -> int:
+    """Every problem of a crew definition, each with its fix, then how many there are."""
+    for problem in failure.problems:
+        sys.stderr.write(f"crew: error: {terminal_safe(problem.describe(failure.source))}\n")
+        if problem.hint:
+            sys.stderr.write(f"  hint: {terminal_safe(problem.hint)}\n")
+    if len(failure.problems) > 1:
+        say(f"{len(failure.problems)} problems in {failure.source}.")
     return int(failure.exit_code)
 
 
@@ -410,6 +428,22 @@ def _schema(result: SchemaDoc) -> None:
     print_json(result.document)  # a schema is JSON, whatever the flag says
 
 
+def _validation(result: Validation) -> None:
+    """A valid definition in a line on stdout; problems on stderr, as `crew run` shows them."""
+    refusal = result.refusal()
+    if refusal is not None:
+        error(refusal)
+    else:
+        _out(
+            f"{result.file}: valid ({_plural(result.agents, 'agent')}, "
+            f"{_plural(result.tasks, 'task')})."
+        )
+
+
+def _plural(count: int | None, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
 # ----------------------------------------------------------------------------- leading
 
 
@@ -441,6 +475,7 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "DoctorReport": _doctor,
     "Initialized": _initialized,
     "SchemaDoc": _schema,
+    "Validation": _validation,
     "Waited": _waited,
     "Detached": _detached,
     "Led": _led,

@@ -24,7 +24,8 @@ STATE_GITATTRIBUTES = """\
 """
 
 CONFIG_TEMPLATE = """\
-# crew.toml: the crew definition. `crew run` reads it; `crew schema config` prints its schema.
+# crew.toml: the crew definition. `crew run` reads it; `crew validate` checks it without running
+# anything; `crew schema config` prints its schema.
 # Durations are strings like "500ms", "30s", "2m", "1h", or numbers of seconds.
 
 [crew]
@@ -32,7 +33,8 @@ name = "my-crew"
 maxParallel = 4             # tasks running at once
 leaderStaleAfter = "10s"    # a leader silent this long is considered gone (`crew resume`)
 
-# An agent is a command. Placeholders: {prompt}, {task}, {run}, {crewDir} (this folder).
+# An agent is a command. Placeholders: {prompt}, {task}, {run}, {crewDir} (this folder),
+# {python} (the Python running crew).
 # Pass {prompt} as its own argument: it is never run through a shell.
 [agents.shell]
 command = ["sh", "-c", "printf 'working on: %s\\n' \\"$1\\"; echo '@supervisor progress: done'",

@@ -28,6 +28,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.config_base",
         "crew.notify_config",
         "crew.config",
+        "crew.config_checks",
+        "crew.config_salvage",
         "crew.models",
         "crew.paths",
         "crew.session",
@@ -45,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.doctor",
         "crew.scaffold",
         "crew.schemas",
+        "crew.validation",
     ),
     "leader": ("crew.leader",),
     "presentation": (

@@ -928,10 +928,17 @@ def test_every_kind_of_result_has_a_text_view() -> None:
     import crew.results.leading
     import crew.results.reading
     import crew.results.sending
+    import crew.results.validating
     from crew.render import _TEXT_VIEWS
     from crew.results import Result
 
-    modules = [crew.results.admin, crew.results.leading, crew.results.reading, crew.results.sending]
+    modules = [
+        crew.results.admin,
+        crew.results.leading,
+        crew.results.reading,
+        crew.results.sending,
+        crew.results.validating,
+    ]
     kinds = {
         name
         for module in modules

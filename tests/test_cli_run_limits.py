@@ -44,7 +44,6 @@ prompt = "do it"
         (('"pass"', '"pass"]\nenv = { "A=B" = "1" }\n#'), "agents.w.env: 'A=B' is not an environment variable name (it must be non-empty, without '=' or NUL)"),
         (('"pass"', '"pass"]\nenv = { "" = "1" }\n#'), "agents.w.env: '' is not an environment variable name (it must be non-empty, without '=' or NUL)"),
         (('prompt = "do it"', f'prompt = "{"x" * 2_000_000}"'), "tasks[0].prompt: 2000000 bytes, over the limit of 65536 (put long instructions in a file and name it in the prompt)"),
-        (('prompt = "do it"', 'prompt = "x"\ntitle = ' + "[" * 5000 + "]" * 5000), "line 9 (title): nested more than 16 levels deep"),
         (("[agents.w]", "[crew]\nleaderStaleAfter = 0\n\n[agents.w]"), "crew.leaderStaleAfter: must be at least 3s (got 0ms): a leader refreshes its heartbeat every 1s, and a live one must not be taken for gone"),
     ],
 )  # fmt: skip

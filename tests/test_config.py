@@ -192,7 +192,6 @@ def test_bad_durations_are_refused(text: str) -> None:
         (('leaderStaleAfter = "15s"', "leaderStaleAfter = 0"), "crew.leaderStaleAfter: must be at least 3s (got 0ms): a leader refreshes its heartbeat every 1s"),
         (('leaderStaleAfter = "15s"', 'leaderStaleAfter = "2s"'), "crew.leaderStaleAfter: must be at least 3s (got 2s)"),
         (('leaderStaleAfter = "15s"', "leaderStaleAfter = nan"), "crew.leaderStaleAfter: expected a non-negative duration"),
-        (('prompt = "Write a plan"', 'prompt = "x"\ntitle = ' + "[" * 5000 + "]" * 5000), "line 19 (title): nested more than 16 levels deep"),
         (('prompt = "Write a plan"', 'prompt = "x"\ntitle = ' + "[" * 20 + "]" * 20), "tasks[0].title" + "[0]" * 13 + ": nested more than 16 levels deep"),
         (('prompt = "Write a plan"', 'prompt = "x"\n' + "a." * 3000 + "b = 1"), "tasks[0]" + ".a" * 14 + ": nested more than 16 levels deep"),
     ],

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("crew.cli.send", "cancel"),
     "handoff": ("crew.cli.send", "handoff"),
     "init": ("crew.cli.admin", "init"),
+    "validate": ("crew.cli.admin", "validate"),
     "doctor": ("crew.cli.admin", "doctor"),
     "schema": ("crew.cli.admin", "schema"),
 }

@@ -1,4 +1,4 @@
-"""Setting up and looking after a crew home: init, doctor, schema."""
+"""Setting up and looking after a crew home: init, validate, doctor, schema."""
 
 from __future__ import annotations
 
@@ -26,6 +26,34 @@ def init(
     from crew.scaffold import init_home
 
     return emit(init_home(directory), json=json)
+
+
+def validate(
+    crew_toml: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The crew definition to check (default: crew.toml of the crew home).",
+            metavar="CREW_TOML",
+            show_default=False,
+        ),
+    ] = None,
+    json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print {"file", "valid", "agents", "tasks", "problems": [{"file", "key", '
+            '"message", "hint", "line"?, "column"?}, …]} on stdout.',
+        ),
+    ] = False,
+    home: HomeOption = None,
+) -> int:
+    """Check a crew.toml without starting a run: every problem at once, each with its key and a
+    fix (exit 2 if any; nothing is written)."""
+    from crew.render import emit
+    from crew.validation import validate as check
+
+    path = crew_toml if crew_toml is not None else home_from(home).config_file
+    return emit(check(path), json=json)
 
 
 def doctor(

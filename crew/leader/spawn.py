@@ -13,13 +13,13 @@ from pathlib import Path
 
 from crew import env, faults, ids
 from crew.adapters.base import Adapter
-from crew.config import AgentConfig
+from crew.config import PLACEHOLDERS, AgentConfig
 from crew.models import Run, Task
 from crew.paths import RunPaths
 
 #: The worker protocol this leader speaks (docs/worker-protocol.md).
 PROTOCOL_VERSION = "1"
-_PLACEHOLDER_RE = re.compile(r"\{(prompt|task|run|crewDir|python)\}")
+_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
 @dataclass(frozen=True)

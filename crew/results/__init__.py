@@ -8,7 +8,8 @@ so that a command loads only the results it can return:
 - `sending`: respond, steer, follow-up, nudge (`Sent`), cancel, handoff;
 - `reading`: runs, status, mailbox;
 - `admin`: doctor, init, schema;
-- `leading`: run, resume, wait.
+- `leading`: run, resume, wait;
+- `validating`: validate.
 """
 
 from __future__ import annotations
