@@ -105,6 +105,7 @@ def test_the_job_answers_the_question_and_passes_when_the_run_completes(
     steps = _run_job(workspace)
 
     assert [(name, code) for name, code, _ in steps] == [
+        ("Check the crew definition", 0),
         ("Start the crew", 0),
         ("Approve the deployment question", 0),
         ("Wait for the end, fail on a failed run", 0),
@@ -113,13 +114,24 @@ def test_the_job_answers_the_question_and_passes_when_the_run_completes(
     assert f"owner ci-{RUN_ID}" in steps[-1][2]  # the job's session owns the run
 
 
-def test_the_start_step_fails_when_the_crew_cannot_start(workspace: Path) -> None:
+def test_the_job_stops_at_the_check_when_crew_toml_is_wrong(workspace: Path) -> None:
     (workspace / ".crew" / "crew.toml").write_text("[crew\n")
 
     steps = _run_job(workspace)
 
-    assert [(name, code) for name, code, _ in steps] == [("Start the crew", 2)], steps
-    assert "crew: error:" in steps[0][2]
+    assert [(name, code) for name, code, _ in steps] == [("Check the crew definition", 2)], steps
+    assert steps[0][2].startswith("crew: error: .crew/crew.toml:1:")
+
+
+def test_the_start_step_fails_when_the_run_cannot_start(workspace: Path) -> None:
+    # A crew that checks out but cannot start: its state folder is a file.
+    (workspace / ".crew" / "state").write_text("")
+
+    steps = _run_job(workspace)
+
+    assert [(name, code) for name, code, _ in steps][-1][0] == "Start the crew", steps
+    assert steps[-1][1] != 0, steps
+    assert "crew: error:" in steps[-1][2]
 
 
 def test_the_last_step_fails_the_job_when_the_run_fails(workspace: Path) -> None:
@@ -128,6 +140,7 @@ def test_the_last_step_fails_the_job_when_the_run_fails(workspace: Path) -> None
     steps = _run_job(workspace)
 
     assert [(name, code) for name, code, _ in steps] == [
+        ("Check the crew definition", 0),
         ("Start the crew", 0),
         ("Approve the deployment question", 0),
         ("Wait for the end, fail on a failed run", 1),
