@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from crew.models import Task, Usage
-    from crew.results.admin import DoctorReport, Initialized, SchemaDoc
+    from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
     from crew.results.sending import Cancelled, HandedOff, Sent
@@ -111,10 +111,10 @@ def say(message: str) -> None:
     sys.stderr.write(f"crew: {terminal_safe(message)}\n")
 
 
-def starting(run_id: str, *, resumed: bool, json: bool) -> None:
+def starting(run_id: str, *, resumed: bool, json: bool, detail: str = "") -> None:
     """Say which run is being led (people only: a JSON stream starts with its events)."""
     if not json:
-        say(f"run {run_id}{' resumed' if resumed else ''}")
+        say(f"run {run_id}{' resumed' if resumed else ''}{detail}")
 
 
 def _out(line: str = "") -> None:
@@ -408,6 +408,17 @@ def _schema(result: SchemaDoc) -> None:
     print_json(result.document)  # a schema is JSON, whatever the flag says
 
 
+def _removed(result: Removed) -> None:
+    if not result.removed:
+        _out("No run would be removed." if result.dry_run else "No run was removed.")
+    for run in result.removed:
+        what = f"run {run.run_id}"
+        if run.status is not None:
+            ended = f", ended {_ago(run.ended_at)}" if run.ended_at else ""
+            what += f" ({run.status}, crew {run.crew}{ended})"
+        _out(f"{'Would remove' if result.dry_run else 'Removed'} {what}")
+
+
 # ----------------------------------------------------------------------------- leading
 
 
@@ -439,6 +450,7 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "DoctorReport": _doctor,
     "Initialized": _initialized,
     "SchemaDoc": _schema,
+    "Removed": _removed,
     "Waited": _waited,
     "Detached": _detached,
     "Led": _led,

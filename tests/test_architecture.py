@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.doctor",
         "crew.scaffold",
         "crew.schemas",
+        "crew.housekeeping",
     ),
     "leader": ("crew.leader",),
     "presentation": (
