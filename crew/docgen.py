@@ -179,13 +179,14 @@ hand; tests/test_cli_json.py checks that each command prints these keys in this 
 
 | command | prints |
 | --- | --- |
-| `run`, `resume`, `rerun` | one line per event while the run goes, then `{runId, outcome, status, tasks, \
-exitCode}`: `outcome` is `ended`, `interrupted` or `taken over`, `tasks` counts the tasks in each \
-status |
-| `run --detach`, `resume --detach`, `rerun --detach` | `{runId, pid}`: the run and the background leader |
+| `run`, `resume`, `rerun` | one line per event while the run goes, then `{runId, outcome, \
+status, tasks, exitCode}`: `outcome` is `ended`, `interrupted` or `taken over`, `tasks` counts \
+the tasks in each status |
+| `run --detach`, `resume --detach`, `rerun --detach` | `{runId, pid}`: the run and the \
+background leader |
 | `wait` | `{runId, for, tasks}`: the tasks that made the condition hold |
-| `runs`, `ps` | an array, newest first: each run's manifest without `config`, plus `tasks` (counts by \
-status) and `problem?`; a run that cannot be read is `{runId, problem}` |
+| `runs`, `ps` | an array, newest first: each run's manifest without `config`, plus `tasks` \
+(counts by status) and `problem?`; a run that cannot be read is `{runId, problem}` |
 | `status` | `{run, tasks, pending, warnings, leader}`: `pending` maps each task to its \
 undelivered messages by file, `leader` is `{alive, pid?, host?, heartbeatAt?}` |
 | `mailbox` | an array: each message as last written, plus `box`, `history` (`{status, at?, \

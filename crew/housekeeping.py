@@ -53,14 +53,14 @@ def remove_runs(home: Home, refs: Sequence[str], *, force: bool = False) -> Remo
             look = _look(named[run_id], force=force)
             if look.why is not None:
                 raise Refused(
-                    f"Run {run_id} was not removed ({look.why}), nor any other run named.",
+                    f"Run {run_id} was not removed, nor any other run named: {look.why}.",
                     hint=_hint(run_id, look),
                 )
             removed[run_id] = _removed(run_id, look.run)
         set_aside = [removal.set_aside(paths) for paths in named.values()]
     for folder in set_aside:
         removal.delete(folder)
-    return Removed(removed=list(removed.values()), leftovers=_sweep(home))
+    return Removed(removed=[removed[r] for r in named], leftovers=_sweep(home))
 
 
 def prune_runs(
@@ -111,6 +111,8 @@ def _remove_one(paths: RunPaths) -> _Look:
 
 
 def _look(paths: RunPaths, *, force: bool) -> _Look:
+    if paths.root.is_symlink():  # read nothing through it (`crew rm` refuses it as it locks it)
+        return _Look(None, "its folder is a symbolic link, which crew never follows")
     problem = ""
     try:
         run: Run | None = RunStore(paths).state().run
