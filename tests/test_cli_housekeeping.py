@@ -392,3 +392,45 @@ def test_ps_is_an_alias_of_runs(cli: Cli, make_run: MakeRun) -> None:
         "runs", "--json", "--status", "cancelled"
     )
     assert "(an alias of `crew runs`)" in cli("ps", "--help").out
+
+
+#: Holds a run's lock like a leader claiming it: until `crew rm` waits for the lock (its hand is
+#: up), then writes its lease, as `crew resume` does under the lock, and lets go.
+CLAIMER = """
+import sys, time
+from pathlib import Path
+from crew.domain.lease import new_lease, write_lease
+from crew.paths import Home
+from crew.store.lock import locked
+
+paths = Home(Path(sys.argv[1])).run(sys.argv[2])
+with locked(paths.lock):
+    print("held", flush=True)
+    deadline = time.monotonic() + 20
+    while not paths.lock.with_name(".next.lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    write_lease(paths, new_lease("leader@test", 1))
+sys.stdin.read()
+"""
+
+
+def test_rm_sees_a_leader_that_claimed_the_run_while_it_waited_for_the_lock(
+    cli: Cli, make_run: MakeRun, home: Home, tmp_path: Path
+) -> None:
+    (run,) = ended_runs(cli, make_run, 1)
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", CLAIMER, str(home.root), run],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert claimer.stdout is not None and claimer.stdout.readline() == "held\n"
+        removed = crew("rm", run, cwd=tmp_path)
+    finally:
+        claimer.communicate("", timeout=30)
+
+    assert (removed.returncode, removed.stdout) == (4, "")
+    assert removed.stderr.startswith(
+        f"crew: error: Run {run} was not removed, nor any other run named: its leader, pid "
+        f"{claimer.pid} on {socket.gethostname()}, is alive.\n"
+    )
+    assert home.run_ids() == [run]
