@@ -247,9 +247,11 @@ def _status(report: StatusReport) -> None:
     out = console()
     lease = report.lease.leader
     leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
+    rerun = f" · rerun of {run.rerun_of}" if run.rerun_of else ""
     out.print(
         f"[bold]Run {run.run_id}[/] · crew {markup_safe(run.crew)} · {styled(run.status)} · "
-        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
+        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{rerun}"
+        f"{leader}"
     )
     table = Table(box=None, pad_edge=False, header_style="bold")
     total = report.usage

@@ -101,6 +101,7 @@ def test_rerun_failed_runs_only_what_failed_and_links_the_new_run_to_the_old(
     assert snapshot_files(old.paths.root) == before  # the old run is only read
     runs = json.loads(crew("runs", "--json", cwd=tmp_path).stdout)
     assert [r.get("rerunOf") for r in runs] == [old_id, None]
+    assert f" · rerun of {old_id}\n" in crew("status", new_id, cwd=tmp_path).stdout
 
 
 def test_a_rerun_takes_what_the_chosen_tasks_need_and_what_depends_on_them(
