@@ -186,13 +186,14 @@ hand; tests/test_cli_json.py checks that each command prints these keys in this 
 
 | command | prints |
 | --- | --- |
-| `run`, `resume` | one line per event while the run goes, then `{runId, outcome, status, tasks, \
-exitCode}`: `outcome` is `ended`, `interrupted` or `taken over`, `tasks` counts the tasks in each \
-status |
-| `run --detach`, `resume --detach` | `{runId, pid}`: the run and the background leader |
+| `run`, `resume`, `rerun` | one line per event while the run goes, then `{runId, outcome, \
+status, tasks, exitCode}`: `outcome` is `ended`, `interrupted` or `taken over`, `tasks` counts \
+the tasks in each status |
+| `run --detach`, `resume --detach`, `rerun --detach` | `{runId, pid}`: the run and the \
+background leader |
 | `wait` | `{runId, for, tasks}`: the tasks that made the condition hold |
-| `runs` | an array, newest first: each run's manifest without `config`, plus `tasks` (counts by \
-status) and `problem?`; a run that cannot be read is `{runId, problem}` |
+| `runs`, `ps` | an array, newest first: each run's manifest without `config`, plus `tasks` \
+(counts by status) and `problem?`; a run that cannot be read is `{runId, problem}` |
 | `status` | `{run, tasks, pending, warnings, leader}`: `pending` maps each task to its \
 undelivered messages by file, `leader` is `{alive, pid?, host?, heartbeatAt?}` |
 | `mailbox` | an array: each message as last written, plus `box`, `history` (`{status, at?, \
@@ -207,6 +208,9 @@ pending, leader, warnings, overridden?, waitedFor?, error?` \
 | `doctor` | `{clean, repair, runs, findings}`, each finding `{runId, problem, file?, line?, \
 repairable, repaired}` |
 | `schema` | the JSON Schema (always JSON); without NAME, every schema by name |
+| `prune`, `rm` | `{dryRun, removed, kept}`: each run removed (or, with `--dry-run`, that would \
+be) `{runId, crew?, status?, createdAt?, endedAt?}`, each run `prune` kept although it matched \
+`{runId, reason}` |
 
 `logs` and `watch` print text only.
 """

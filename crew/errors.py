@@ -36,7 +36,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
         "usage error",
         "an unknown option; an invalid run or task id (`../x`, `/etc/passwd`, empty, over 64 "
         "characters); an invalid crew.toml; an empty or oversized message body; an ambiguous "
-        "run prefix; a `CREW_LOCK_TIMEOUT` that is not a duration",
+        "run prefix; a `CREW_LOCK_TIMEOUT` that is not a duration; `crew prune` without "
+        "`--keep` or `--older-than`",
     ),
     ExitCode.TIMEOUT: (
         "timeout",
@@ -48,11 +49,14 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
         "the task is not waiting; the run has ended; the run belongs to another session (use "
         "`--force`); a second leader; a leader that another one took over; "
         "`crew wait` on a run whose leader is gone (it cannot progress until `crew resume`), or "
-        "for a start or a question from a task that ended without one",
+        "for a start or a question from a task that ended without one; `crew rerun` of a run "
+        "that is led or has not ended, or `--failed` when every task completed; `crew rm` of a "
+        "run whose leader is alive, or (without `--force`) that has not ended",
     ),
     ExitCode.NOT_FOUND: (
         "not found",
-        "no crew home; no run matches; the run has no such task",
+        "no crew home; no run matches; the run has no such task (`crew rerun`: in its crew "
+        "definition)",
     ),
     ExitCode.INTERRUPTED: (
         "interrupted",

@@ -280,6 +280,9 @@ class Run(StateModel):
     """Incremented each time a leader takes the run: fences out a stale leader."""
     created_at: Timestamp
     ended_at: Timestamp | None = None
+    rerun_of: RunId | None = None
+    """The run this one runs again (`crew rerun`); the tasks it did not run again were carried
+    from that run as they had ended."""
     crew_dir: str
     """The folder that held crew.toml: `{crewDir}` and agents' relative `cwd` resolve against it."""
     config: CrewConfig

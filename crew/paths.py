@@ -18,6 +18,8 @@ HOME_DIRNAME = ".crew"
 CONFIG_FILENAME = "crew.toml"
 #: A run is assembled in `runs/.new-<id>/` and renamed into place: it appears whole or not at all.
 STAGING_PREFIX = ".new-"
+#: A run being removed is first renamed to `runs/.rm-<id>/`: half removed, it is no run at all.
+REMOVING_PREFIX = ".rm-"
 
 
 class _Below:
@@ -63,6 +65,10 @@ class Home:
 
     def staging(self, run_id: str) -> RunPaths:
         return RunPaths(run_id=run_id, root=self.runs_dir / f"{STAGING_PREFIX}{run_id}", home=self)
+
+    def removing(self, run_id: str) -> Path:
+        """Where a run is moved while it is being removed (crew/store/removal.py)."""
+        return self.runs_dir / f"{REMOVING_PREFIX}{self.run(run_id).run_id}"
 
     def run_ids(self) -> list[str]:
         """Ids of the runs in this home, oldest first (ids sort by creation time)."""

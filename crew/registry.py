@@ -263,6 +263,7 @@ class EventType(StrEnum):
     LEADER_DEGRADED = "leader.degraded"  # a fault (full disk, no descriptors) holds work back
     LEADER_RECOVERED = "leader.recovered"  # the fault cleared: what it held back is done
     TASK_QUEUED = "task.queued"
+    TASK_CARRIED = "task.carried"  # `crew rerun`: a task that ended in the earlier run, as it ended
     TASK_STARTED = "task.started"
     TASK_WAITING = "task.waiting"
     TASK_RESPONDED = "task.responded"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from crew.config_checks import InvalidConfig
     from crew.models import Task, Usage
-    from crew.results.admin import DoctorReport, Initialized, SchemaDoc
+    from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
     from crew.results.sending import Cancelled, HandedOff, Sent
@@ -129,10 +129,10 @@ def say(message: str) -> None:
     sys.stderr.write(f"crew: {terminal_safe(message)}\n")
 
 
-def starting(run_id: str, *, resumed: bool, json: bool) -> None:
+def starting(run_id: str, *, resumed: bool, json: bool, detail: str = "") -> None:
     """Say which run is being led (people only: a JSON stream starts with its events)."""
     if not json:
-        say(f"run {run_id}{' resumed' if resumed else ''}")
+        say(f"run {run_id}{' resumed' if resumed else ''}{detail}")
 
 
 def _out(line: str = "") -> None:
@@ -265,9 +265,11 @@ def _status(report: StatusReport) -> None:
     out = console()
     lease = report.lease.leader
     leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
+    rerun = f" · rerun of {run.rerun_of}" if run.rerun_of else ""
     out.print(
         f"[bold]Run {run.run_id}[/] · crew {markup_safe(run.crew)} · {styled(run.status)} · "
-        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{leader}"
+        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{rerun}"
+        f"{leader}"
     )
     table = Table(box=None, pad_edge=False, header_style="bold")
     total = report.usage
@@ -444,6 +446,17 @@ def _plural(count: int | None, noun: str) -> str:
     return f"{count} {noun}{'s' * (count != 1)}"
 
 
+def _removed(result: Removed) -> None:
+    if not result.removed:
+        _out("No run would be removed." if result.dry_run else "No run was removed.")
+    for run in result.removed:
+        what = f"run {run.run_id}"
+        if run.status is not None:
+            ended = f", ended {_ago(run.ended_at)}" if run.ended_at else ""
+            what += f" ({run.status}, crew {run.crew}{ended})"
+        _out(f"{'Would remove' if result.dry_run else 'Removed'} {what}")
+
+
 # ----------------------------------------------------------------------------- leading
 
 
@@ -476,6 +489,7 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "Initialized": _initialized,
     "SchemaDoc": _schema,
     "Validation": _validation,
+    "Removed": _removed,
     "Waited": _waited,
     "Detached": _detached,
     "Led": _led,

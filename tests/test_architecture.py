@@ -48,6 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.scaffold",
         "crew.schemas",
         "crew.validation",
+        "crew.housekeeping",
     ),
     "leader": ("crew.leader",),
     "presentation": (

@@ -22,9 +22,11 @@ HELP = "Orchestrate crews of worker processes; every bit of state is a plain fil
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("crew.cli.lead", "run"),
     "resume": ("crew.cli.lead", "resume"),
+    "rerun": ("crew.cli.lead", "rerun"),
     "wait": ("crew.cli.lead", "wait"),
     "logs": ("crew.cli.lead", "logs"),
     "runs": ("crew.cli.inspect", "runs"),
+    "ps": ("crew.cli.inspect", "ps"),
     "status": ("crew.cli.inspect", "status"),
     "mailbox": ("crew.cli.inspect", "mailbox"),
     "events": ("crew.cli.inspect", "events"),
@@ -39,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("crew.cli.admin", "validate"),
     "doctor": ("crew.cli.admin", "doctor"),
     "schema": ("crew.cli.admin", "schema"),
+    "prune": ("crew.cli.admin", "prune"),
+    "rm": ("crew.cli.admin", "rm"),
 }
 
 

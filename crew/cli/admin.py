@@ -1,4 +1,4 @@
-"""Setting up and looking after a crew home: init, validate, doctor, schema."""
+"""Setting up and looking after a crew home: init, validate, doctor, schema, prune, rm."""
 
 from __future__ import annotations
 
@@ -95,3 +95,71 @@ def schema(
     from crew.schemas import schema_doc
 
     return emit(schema_doc(name), json=json)
+
+
+def prune(
+    keep: Annotated[
+        int | None,
+        typer.Option(
+            "--keep",
+            min=0,
+            help="Keep the N newest runs (whatever their status); remove older ended runs.",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Remove ended runs that ended longer ago than this (e.g. 7d, 12h).",
+            metavar="DURATION",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list what would be removed.")
+    ] = False,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> int:
+    """Remove runs that ended long ago or beyond the newest N (never a live one).
+
+    With both --keep and --older-than, a run is removed only if both allow it. A run whose leader
+    is alive, or that has not ended, is always kept (and listed as kept)."""
+    from crew.cli.common import duration
+    from crew.housekeeping import prune_runs
+    from crew.render import emit
+
+    age = duration(older_than, "--older-than")
+    result = prune_runs(home_from(home), keep=keep, older_than=age, dry_run=dry_run)
+    return emit(result, json=json)
+
+
+def rm(
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Run ids, unique prefixes of them, or 'latest'.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also remove a run that has not ended (its leader is gone); never one whose "
+            "leader is alive.",
+        ),
+    ] = False,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> int:
+    """Remove runs and all their files: every run named, or none.
+
+    A run whose leader is alive is never removed; one that has not ended only with --force."""
+    from crew.housekeeping import remove_runs
+    from crew.render import emit
+
+    return emit(remove_runs(home_from(home), runs, force=force), json=json)

@@ -1,4 +1,4 @@
-"""Inspection commands: runs, status, mailbox, events."""
+"""Inspection commands: runs (and its alias ps), status, mailbox, events, watch."""
 
 from __future__ import annotations
 
@@ -32,6 +32,17 @@ def runs(
     from crew.views import list_runs
 
     return emit(list_runs(home_from(home), status=status), json=json)
+
+
+def ps(
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+    ] = None,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> int:
+    """List runs, newest first (an alias of `crew runs`)."""
+    return runs(status=status, json=json, home=home)
 
 
 def status(

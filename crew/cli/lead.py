@@ -1,4 +1,4 @@
-"""Leading runs: run, resume, wait, logs."""
+"""Leading runs: run, resume, rerun, wait, logs."""
 
 from __future__ import annotations
 
@@ -34,6 +34,25 @@ DetachOption = Annotated[
 NoInputOption = Annotated[
     bool, typer.Option("--no-input", help="Never prompt, even on a terminal.")
 ]
+MaxParallelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-parallel",
+        min=1,
+        help="Run at most N tasks at once.",
+        metavar="N",
+        show_default=False,
+    ),
+]
+RunTimeoutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        help="Cancel what is left after this long (e.g. 30m); the run fails, exit 3.",
+        metavar="DURATION",
+        show_default=False,
+    ),
+]
 
 
 def run(
@@ -46,25 +65,8 @@ def run(
         ),
     ] = None,
     detach: DetachOption = False,
-    max_parallel: Annotated[
-        int | None,
-        typer.Option(
-            "--max-parallel",
-            min=1,
-            help="Run at most N tasks at once.",
-            metavar="N",
-            show_default=False,
-        ),
-    ] = None,
-    timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--timeout",
-            help="Cancel what is left after this long (e.g. 30m); the run fails, exit 3.",
-            metavar="DURATION",
-            show_default=False,
-        ),
-    ] = None,
+    max_parallel: MaxParallelOption = None,
+    timeout: RunTimeoutOption = None,
     no_input: NoInputOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
@@ -103,6 +105,59 @@ def resume(
     return _lead(store, who, options, detach=detach, json=json, interactive=not (no_input or json))
 
 
+def rerun(
+    run: RunArgument,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The tasks to run again (default: all, or with --failed those that did not "
+            "complete); tasks that depend on them run again too.",
+            metavar="TASK",
+            show_default=False,
+        ),
+    ] = None,
+    failed: Annotated[
+        bool,
+        typer.Option("--failed", help="Run again only the tasks that failed or were cancelled."),
+    ] = False,
+    detach: DetachOption = False,
+    max_parallel: MaxParallelOption = None,
+    timeout: RunTimeoutOption = None,
+    no_input: NoInputOption = False,
+    session: SessionOption = None,
+    json: JsonOption = False,
+    home: HomeOption = None,
+) -> int:
+    """Run an ended run's tasks again in a new run: all, --failed ones, or those named.
+
+    The new run (linked to the old one by `rerunOf`) runs the tasks chosen, the tasks that depend
+    on them, and any dependency of theirs that did not complete; every other task is carried as
+    it ended, a completed one with its result and log, so its dependents start at once. Exit 0
+    when every task completed, 1 otherwise."""
+    from crew.errors import UsageError
+    from crew.ids import check_task_id
+    from crew.leader import LeadOptions, start_rerun
+
+    names = tasks or []
+    if failed and names:
+        raise UsageError("Give either --failed or the tasks to run again, not both.")
+    for name in names:
+        check_task_id(name)
+    run_timeout = duration(timeout, "--timeout")
+    check_session_option(session)
+    old = open_run(run, home)
+    who = actor_for(session, old.paths.home)
+    store, plan = start_rerun(old, names, failed=failed, session=who)
+    detail = f": runs {', '.join(plan.again)} of run {plan.run_id} again"
+    if plan.carried:
+        detail += f" (carried as they ended: {', '.join(plan.carried)})"
+    options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
+    interactive = not (no_input or json)
+    return _lead(
+        store, who, options, detach=detach, json=json, interactive=interactive, detail=detail
+    )
+
+
 def _lead(
     store: RunStore,
     session: Actor,
@@ -111,6 +166,7 @@ def _lead(
     detach: bool,
     json: bool,
     interactive: bool,
+    detail: str = "",
 ) -> int:
     from functools import partial
 
@@ -130,7 +186,7 @@ def _lead(
         show = _while_read(partial(render_streams.show_events, json=json, progress=True))
         # Announced once this process leads the run: a refused resume says nothing else.
         ready = _while_read(
-            partial(render.starting, store.run_id, resumed=options.resume, json=json)
+            partial(render.starting, store.run_id, resumed=options.resume, json=json, detail=detail)
         )
         code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
     return render.emit(outcome(store, code), json=json)

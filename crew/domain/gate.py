@@ -226,7 +226,7 @@ def check_status(task: Task, verb: Verb) -> None:
     elif task.status is TaskStatus.RUNNING and verb is RESPOND:
         hint = "It has not asked anything; `crew steer` redirects a running task."
     elif task.status.terminal:
-        hint = "It has finished; start a new run for more work."
+        hint = "It has finished; `crew rerun RUN TASK` runs it again in a new run."
     raise Refused(
         f"Task {task.id} is {task.status}: {verb.name} needs a task that is {verb.needs}.",
         hint=hint,

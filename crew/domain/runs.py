@@ -9,6 +9,7 @@ every task has ended, `completed` if all completed, `cancelled` if it was cancel
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from crew import clock
@@ -16,21 +17,40 @@ from crew.config import CrewConfig
 from crew.domain import tasks
 from crew.domain.tasks import new_task
 from crew.ids import new_event_id
-from crew.models import Event, LeaderInfo, Run
-from crew.paths import Home
+from crew.models import Event, LeaderInfo, Run, Task
+from crew.paths import Home, RunPaths
 from crew.registry import EventData, EventType, RunStatus, TaskStatus
 from crew.session import Actor, as_actor
-from crew.store.create import create_run_files
+from crew.store.create import copy_file, create_run_files
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
 
 
-def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str | Actor) -> RunStore:
+@dataclass(frozen=True)
+class Rerun:
+    """What a run that runs an earlier one again takes from it (crew/domain/rerun.py)."""
+
+    #: The earlier run.
+    source: RunPaths
+    #: Its tasks that do not run again, as they ended there (worker pid and secret cleared).
+    carried: list[Task]
+
+
+def create_run(
+    home: Home,
+    config: CrewConfig,
+    *,
+    crew_dir: Path,
+    session: str | Actor,
+    rerun: Rerun | None = None,
+) -> RunStore:
     """Create a run from a validated config, owned by `session`, its tasks queued (a worker's
-    run is owned by `task:<taskId>@<its runId>`)."""
+    run is owned by `task:<taskId>@<its runId>`). A `rerun` carries the tasks it names, and
+    their logs, from the earlier run instead."""
     actor = as_actor(session)
     session = actor.owner_name
+    carried = {t.id: t for t in rerun.carried} if rerun is not None else {}
 
     def build(run_id: str) -> tuple[RunState, list[Event]]:
         at = clock.now()
@@ -41,27 +61,39 @@ def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str |
             owner_session_id=session,
             leader_epoch=0,
             created_at=at,
+            rerun_of=rerun.source.run_id if rerun is not None else None,
             crew_dir=str(crew_dir),
             config=config,
         )
-        tasks = [new_task(config, t) for t in config.tasks]
+        tasks = [carried.get(t.id) or new_task(config, t) for t in config.tasks]
         created = f"run of crew {run.crew} created by {session}"
+        if run.rerun_of is not None:
+            created += f" to run {run.rerun_of} again"
         data: dict[str, object] = {**actor.stamp(run_id), EventData.RUN: run.to_dict()}
         events = [_event(run, 1, EventType.RUN_CREATED, created, data)]
         for task in tasks:
+            kind, what = EventType.TASK_QUEUED, "queued"
+            if task.id in carried:
+                kind = EventType.TASK_CARRIED
+                what = f"carried from run {run.rerun_of} ({task.status})"
             events.append(
                 _event(
                     run,
                     len(events) + 1,
-                    EventType.TASK_QUEUED,
-                    f"task {task.id} queued",
+                    kind,
+                    f"task {task.id} {what}",
                     {EventData.TASK: task.to_dict()},
                     task_id=task.id,
                 )
             )
         return RunState(run, {t.id: t for t in tasks}), events
 
-    return create_run_files(home, build)
+    def copy_logs(paths: RunPaths) -> None:
+        assert rerun is not None
+        for task_id in carried:
+            copy_file(rerun.source.log(task_id), paths.log(task_id))
+
+    return create_run_files(home, build, populate=copy_logs if carried else None)
 
 
 def _event(

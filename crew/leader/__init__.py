@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -25,6 +25,7 @@ from crew.store.runstore import RunStore
 from crew.text import counts
 
 if TYPE_CHECKING:
+    from crew.domain.rerun import RerunPlan
     from crew.leader.loop import Leader
     from crew.leader.view import OnEvents
 
@@ -39,6 +40,22 @@ def start_run(home: Home, config_path: Path, *, session: str | Actor) -> RunStor
         check_worker(actor.worker, home)
     config = load_config(config_path)
     return create_run(home, config, crew_dir=config_path.parent.resolve(), session=actor)
+
+
+def start_rerun(
+    store: RunStore, names: Sequence[str] = (), *, failed: bool = False, session: str | Actor
+) -> tuple[RunStore, RerunPlan]:
+    """Create a run that runs an ended run's tasks again — those named, or with `failed` those
+    that did not complete, or all — carrying the others as they ended (crew/domain/rerun.py)."""
+    from crew.domain.rerun import rerun
+
+    actor = as_actor(session)
+    home = store.paths.home
+    if actor.worker is not None:
+        from crew.domain.gate import check_worker
+
+        check_worker(actor.worker, home)
+    return rerun(home, store, names, failed=failed, session=actor)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, 
 from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
 from crew.procs import Stopped, stop_worker
-from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.registry import LIVE_TASK_STATUSES, EventType, RunStatus
 from crew.session import Actor, as_actor
 from crew.store import snapshot
 from crew.store.runstore import RunStore
@@ -47,7 +47,10 @@ def claim(
         overridden = gate.admit(txn, actor, "resume", force=force)
         session = actor.name_in(run.run_id)
         if run.status.terminal:
-            raise Refused(f"Run {run.run_id} has ended ({run.status}): there is nothing to lead.")
+            raise Refused(
+                f"Run {run.run_id} has ended ({run.status}): there is nothing to lead.",
+                hint=_rerun_hint(run.run_id, run.status),
+            )
         refuse_if_led(
             read_lease(store.paths, stale_after=run.config.crew.leader_stale_after), run.run_id
         )
@@ -76,6 +79,12 @@ def claim(
         for task_id, pid, attempt in orphans
     ]
     return result
+
+
+def _rerun_hint(run_id: str, status: RunStatus) -> str:
+    if status is RunStatus.COMPLETED:
+        return f"`crew rerun {run_id}` runs it again as a new run."
+    return f"`crew rerun {run_id} --failed` runs what did not complete again, as a new run."
 
 
 @contextmanager

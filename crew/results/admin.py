@@ -85,3 +85,61 @@ class SchemaDoc(Result):
 
     def to_json(self) -> dict[str, Any]:
         return self.document
+
+
+@dataclass
+class RemovedRun:
+    """A run `crew rm` or `crew prune` removed (or, with --dry-run, would remove)."""
+
+    run_id: str
+    crew: str | None = None
+    status: str | None = None
+    created_at: str | None = None
+    ended_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"runId": self.run_id}
+        for key, value in (
+            ("crew", self.crew),
+            ("status", self.status),
+            ("createdAt", self.created_at),
+            ("endedAt", self.ended_at),
+        ):
+            if value is not None:
+                data[key] = value
+        return data
+
+
+@dataclass
+class KeptRun:
+    """A run `crew prune` would have removed but kept, and why (its leader is alive, it has
+    not ended)."""
+
+    run_id: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "reason": self.reason}
+
+
+@dataclass
+class Removed(Result):
+    """`crew rm` and `crew prune`: the runs removed (or that would be, with --dry-run)."""
+
+    removed: list[RemovedRun] = field(default_factory=list)
+    kept: list[KeptRun] = field(default_factory=list)
+    dry_run: bool = False
+    #: Folders of removals cut short earlier (`runs/.rm-<id>`), deleted this time.
+    leftovers: list[str] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        kept = [f"kept run {k.run_id}: {k.reason}" for k in self.kept]
+        cut = [f"deleted {n}, left by a removal that was cut short" for n in self.leftovers]
+        return kept + cut
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dryRun": self.dry_run,
+            "removed": [r.to_json() for r in self.removed],
+            "kept": [k.to_json() for k in self.kept],
+        }

@@ -4,6 +4,7 @@ appears whole or not at all."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,22 +14,27 @@ from crew.models import Event
 from crew.paths import Home, RunPaths
 from crew.registry import Box
 from crew.store import eventlog, jsonl
-from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, make_dirs
+from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, make_dirs, open_fd, open_read
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 
 #: Makes a new run's state and its first events, given the run id chosen for it.
 Build = Callable[[str], tuple[RunState, list[Event]]]
+#: Adds more files to a new run while it is still being assembled.
+Populate = Callable[[RunPaths], None]
 
 
-def create_run_files(home: Home, build: Build) -> RunStore:
-    """Create a new run in `home` from what `build` makes for a fresh run id."""
+def create_run_files(home: Home, build: Build, *, populate: Populate | None = None) -> RunStore:
+    """Create a new run in `home` from what `build` makes for a fresh run id (and `populate`
+    adds to its folder before it appears)."""
     make_dirs(home.runs_dir, mode=0o700)  # prompts and answers are private to the user
     for _ in range(20):
         run_id = new_run_id()
         staging = home.staging(run_id)
         try:
             _populate(staging, *build(run_id))
+            if populate is not None:
+                populate(staging)
             try:
                 os.rename(staging.root, home.runs_dir / run_id)
             except OSError:
@@ -51,6 +57,20 @@ def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> None:
     store = RunStore(paths)
     store.write_snapshots(state, tasks=True, run=True)
     store.write_applied(events[-1].seq if events else 0)
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """Copy `source` to a new file `target` (nothing if there is no `source`), never through a
+    symbolic link at either end."""
+    try:
+        reader = open_read(source)
+    except FileNotFoundError:
+        return
+    with reader, os.fdopen(open_fd(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as writer:
+        shutil.copyfileobj(reader, writer)
+        if fsync_enabled():
+            writer.flush()
+            os.fsync(writer.fileno())
 
 
 def _remove_tree(root: Path) -> None:
