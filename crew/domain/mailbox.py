@@ -135,6 +135,7 @@ def deliver(txn: Txn, messages: Iterable[MailboxMessage], *, attempt: int) -> No
                     "data": {**(current.data or {}), MessageData.ATTEMPT: attempt},
                 }
             ),
+            was=current,
         )
 
 
@@ -156,6 +157,7 @@ def acknowledge(txn: Txn, task_id: str, message_id: str) -> MailboxMessage | Non
         EventType.MAILBOX_ACKNOWLEDGED,
         message=f"{task_id} acknowledged {message.kind} {message.id}",
         mail=acknowledged,
+        was=message,
     )
     return acknowledged
 
@@ -193,6 +195,7 @@ def decide(txn: Txn, task_id: str, decision: dict[str, Any]) -> None:
         message=text,
         data=data,
         mail=message.model_copy(update={"data": kept}),
+        was=message,
     )
 
 
@@ -203,6 +206,7 @@ def reject(txn: Txn, message: MailboxMessage, reason: str) -> MailboxMessage:
         EventType.MAILBOX_REJECTED,
         message=f"rejected {message.kind} {message.id} to {message.task_id}: {reason}",
         mail=rejected,
+        was=message,
     )
     return rejected
 
@@ -221,6 +225,7 @@ def drop_oldest(
             message=f"dropped {old.kind} {old.id} to {task_id}: more than {cap} pending",
             data={"cap": cap},
             mail=dropped[-1],
+            was=old,
         )
     return dropped
 
@@ -333,6 +338,7 @@ def _hold(txn: Txn, message: MailboxMessage, question: dict[str, Any]) -> None:
         message=f"answer {message.id} to {message.task_id} held until its next attempt asks "
         f"{short(question['prompt'], 60)!r} again",
         mail=message.model_copy(update={"data": data}),
+        was=message,
     )
 
 
@@ -359,6 +365,7 @@ def _carry_over(txn: Txn, message: MailboxMessage) -> None:
                 "data": data,
             }
         ),
+        was=message,
     )
 
 
