@@ -345,7 +345,9 @@ class Run(StateModel):
     created_at: Timestamp
     ended_at: Timestamp | None = None
     crew_dir: str
-    """The folder that held crew.toml: `{crewDir}` and agents' relative `cwd` resolve against it."""
+    """The folder that held crew.toml, relative to the crew home (`.` when it is the home; an
+    older crew wrote it absolute, which still reads): `{crewDir}` and agents' relative `cwd`
+    resolve against it."""
     config: CrewConfig
     """The crew definition as resolved when the run started."""
     state_version: int = STATE_VERSION

@@ -41,7 +41,7 @@ def create_run(home: Home, config: CrewConfig, *, crew_dir: Path, session: str |
             owner_session_id=session,
             leader_epoch=0,
             created_at=at,
-            crew_dir=str(crew_dir),
+            crew_dir=home.relative(crew_dir),
             config=config,
         )
         tasks = [new_task(config, t) for t in config.tasks]
