@@ -257,3 +257,29 @@ def test_a_run_s_files_do_not_name_the_checkout(tmp_path: Path) -> None:
         if path.is_file() and not {".runtime", "logs"} & set(path.parts):  # a log: what it said
             assert str(tmp_path) not in path.read_text(errors="replace"), path
     assert SESSION  # the run is the test session's
+
+
+# ----------------------------------------------------------------- progress lines
+
+
+def test_a_long_progress_line_is_kept_as_an_excerpt_and_whole_in_the_log(tmp_path: Path) -> None:
+    import subprocess
+
+    home = tmp_path / ".crew"
+    line = "step 1: " + "y" * 5000
+    (home / "crew.toml").write_text(
+        '[crew]\nname = "long"\n'
+        "[agents.py]\ncommand = [\"python3\", \"-c\", "
+        "\"print('@supervisor progress: step 1: ' + 'y' * 5000)\"]\n"
+        'input = "text"\n[[tasks]]\nid = "t"\nagent = "py"\nprompt = "p"\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "crew", "run"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    (root,) = (home / "state" / "runs").iterdir()
+    assert line in (root / "logs" / "t.log").read_text()
+    (report,) = [json.loads(x) for x in (root / "mailbox" / "outbox.jsonl").read_text().splitlines()]
+    assert report["body"] == line[: mailbox.PROGRESS_EXCERPT - 1] + "…"
+    assert report["data"] == {"type": "progress", "length": len(line)}
+    assert "y" * 1000 not in (root / "events.jsonl").read_text()

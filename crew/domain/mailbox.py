@@ -33,12 +33,16 @@ from crew.registry import (
     Priority,
 )
 from crew.store.txn import Txn
-from crew.text import short
+from crew.text import clip, short
 
 DROPPED = "dropped: backpressure"
 #: The attention decisions a message keeps in `data.decisions`: the latest ones.
 DECISIONS_KEPT = 16
 SUPERSEDED = "superseded: worker restarted"
+#: How much of a progress line the outbox and the event log keep (its log keeps it whole): a
+#: worker may print thousands, each up to 8 KiB; status and note reports, which a person asked
+#: for or is meant to read, are kept up to that limit.
+PROGRESS_EXCERPT = 240
 
 #: What a new attempt is given again of what the last one received.
 _CARRIED = frozenset({MessageKind.STEER, MessageKind.FOLLOW_UP})
@@ -376,8 +380,12 @@ def report(
     txn: Txn, task_id: str, kind: ContactType, text: str, *, folded: int = 0
 ) -> MailboxMessage:
     """A worker's status, progress or note line, kept in outbox.jsonl. `folded`: it stands for
-    this many reports (the latest of them) that were not recorded one by one."""
+    this many reports (the latest of them) that were not recorded one by one. A progress line
+    is kept as an excerpt (PROGRESS_EXCERPT characters): the task's log has it whole."""
     data: dict[str, Any] = {MessageData.REPORT_TYPE: kind.value}
+    if kind is ContactType.PROGRESS and len(text) > PROGRESS_EXCERPT:
+        data[MessageData.LENGTH] = len(text)
+        text = clip(text, PROGRESS_EXCERPT)
     summary = f"{task_id} {kind}: {short(text)}"
     if folded:
         data[MessageData.FOLDED] = folded
