@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import crew
-from bench import cli, delivery, history, leader_load, oneshot, store
+from bench import cli, delivery, history, leader_load, oneshot, storage, store
 from bench.common import Row
 
 BENCHMARKS = {
@@ -21,6 +21,7 @@ BENCHMARKS = {
     "oneshot": oneshot.run,
     "leader_load": leader_load.run,
     "cli": cli.run,
+    "storage": storage.run,
 }
 RESULTS = Path(__file__).with_name("results.json")
 

@@ -52,8 +52,10 @@ hold one compact object per line, keys in the same order.
 | `tasks.json` (a run made by crew before the task files) | [tasks](#tasks): an array of \
 [task](#task), in crew.toml order; converted to task files by the next writer |
 | `events.jsonl` | [event](#event), one per line |
-| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
-a later line with the same `id` supersedes an earlier one |
+| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | one per line: a [message](#message) \
+whole when first written, then a [change](#change) (no `body`) for each later change of it; \
+readers merge the lines by `id`, in order. A later whole line supersedes what came before (a \
+crew before lean files wrote every change whole; those files read the same) |
 | `.runtime/leader.json` | [leader](#leader) |
 | `.runtime/applied`, `.runtime/<box>.pending.json` | caches of what the files above say, \
 rebuilt when missing or stale (docs/design.md: the applied marker, the pending index) |
