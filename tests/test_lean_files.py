@@ -269,7 +269,7 @@ def test_a_long_progress_line_is_kept_as_an_excerpt_and_whole_in_the_log(tmp_pat
     line = "step 1: " + "y" * 5000
     (home / "crew.toml").write_text(
         '[crew]\nname = "long"\n'
-        "[agents.py]\ncommand = [\"python3\", \"-c\", "
+        '[agents.py]\ncommand = ["python3", "-c", '
         "\"print('@supervisor progress: step 1: ' + 'y' * 5000)\"]\n"
         'input = "text"\n[[tasks]]\nid = "t"\nagent = "py"\nprompt = "p"\n'
     )
@@ -279,7 +279,9 @@ def test_a_long_progress_line_is_kept_as_an_excerpt_and_whole_in_the_log(tmp_pat
     assert run.returncode == 0, run.stderr
     (root,) = (home / "state" / "runs").iterdir()
     assert line in (root / "logs" / "t.log").read_text()
-    (report,) = [json.loads(x) for x in (root / "mailbox" / "outbox.jsonl").read_text().splitlines()]
+    (report,) = [
+        json.loads(x) for x in (root / "mailbox" / "outbox.jsonl").read_text().splitlines()
+    ]
     assert report["body"] == line[: mailbox.PROGRESS_EXCERPT - 1] + "…"
     assert report["data"] == {"type": "progress", "length": len(line)}
     assert "y" * 1000 not in (root / "events.jsonl").read_text()
