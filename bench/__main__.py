@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import crew
-from bench import cli, delivery, history, leader_load, notify, oneshot, store
+from bench import cli, delivery, history, leader_load, notify, oneshot, storage, store
 from bench.common import Row
 
 BENCHMARKS = {
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "oneshot": oneshot.run,
     "leader_load": leader_load.run,
     "cli": cli.run,
+    "storage": storage.run,
 }
 RESULTS = Path(__file__).with_name("results.json")
 

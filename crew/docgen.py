@@ -52,8 +52,10 @@ hold one compact object per line, keys in the same order.
 | `tasks.json` (a run made by crew before the task files) | [tasks](#tasks): an array of \
 [task](#task), in crew.toml order; converted to task files by the next writer |
 | `events.jsonl` | [event](#event), one per line |
-| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | [message](#message), one per line; \
-a later line with the same `id` supersedes an earlier one |
+| `mailbox/inbox.jsonl`, `outbox.jsonl`, `steering.jsonl` | one per line: a [message](#message) \
+whole when first written, then a [change](#change) (no `body`) for each later change of it; \
+readers merge the lines by `id`, in order. A later whole line supersedes what came before (a \
+crew before lean files wrote every change whole; those files read the same) |
 | `logs/<taskId>.log` | the worker's stdout and stderr, every byte as received, nothing added \
 (all its attempts, one after the other) |
 | `logs/<taskId>.idx` | when the log's bytes were received: one line `<end> <time>` per write \

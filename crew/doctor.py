@@ -11,7 +11,7 @@ from pathlib import Path
 
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewError
-from crew.models import CheckedEvent, Event, MailboxMessage
+from crew.models import CheckedEvent, Event, MailboxLine
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
@@ -99,8 +99,8 @@ def _check_logs(
     """Bad lines and torn tails of the logs; and the events read (for the other checks)."""
     findings: list[Finding] = []
     events: list[Event] = []
-    logs: list[tuple[Path, type[Event] | type[MailboxMessage]]] = [(paths.events, CheckedEvent)]
-    logs.extend((paths.box(b), MailboxMessage) for b in Box)
+    logs: list[tuple[Path, type[Event] | type[MailboxLine]]] = [(paths.events, CheckedEvent)]
+    logs.extend((paths.box(b), MailboxLine) for b in Box)
     for path, model in logs:
         end = pinned.end(path) if pinned is not None else None
         result = jsonl.read(path, model, end=end)

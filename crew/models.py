@@ -7,7 +7,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    RootModel,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from crew.clock import TIMESTAMP_PATTERN
 from crew.config import CrewConfig
@@ -211,7 +221,8 @@ class Task(StateModel):
 
 
 class MailboxMessage(StateModel):
-    """One line of a mailbox file; a later line with the same id supersedes it."""
+    """A message to or from a worker, whole: its first line in a mailbox file (a later whole line
+    with the same id supersedes it; a MailboxChange line records only what changed)."""
 
     id: Annotated[str, Field(pattern=r"^msg_[0-9a-z]{1,32}$")]
     """Message id, `msg_…`: the key of the upsert log."""
@@ -255,6 +266,60 @@ class MailboxMessage(StateModel):
         }[self.status]
 
 
+class MailboxChange(StateModel):
+    """A later line of a mailbox file that records only what changed of a message written before
+    (a status change, a decision): no body. It is told from a whole message by having no `body`;
+    a reader merges it into the message's latest state. A field it names replaces the message's
+    (null clears it); a field it leaves out is unchanged."""
+
+    id: Annotated[str, Field(pattern=r"^msg_[0-9a-z]{1,32}$")]
+    """The message it changes."""
+    kind: MessageKind
+    """The message's kind (unchanged; here so the line names its box and class alone)."""
+    task_id: TaskId
+    """The task the message concerns (unchanged; here for the same reason)."""
+    status: MessageStatus
+    """The message's status after the change."""
+    delivered_at: Timestamp | None = None
+    """Set when it changed; null clears it (a message carried to a task's next attempt)."""
+    acknowledged_at: Timestamp | None = None
+    """Set when it changed; null clears it."""
+    reason: str | None = None
+    """Why the message was rejected (set when it changed)."""
+    data: dict[str, Any] | None = None
+    """The message's whole `data` after the change (when it changed)."""
+
+    def to_line(self) -> bytes:
+        """One compact JSON line: the fields set, a cleared one as null."""
+        return self.model_dump_json(exclude_unset=True).encode() + b"\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+#: The fields of a message a change line may name besides those it always names.
+CHANGEABLE = ("delivered_at", "acknowledged_at", "reason", "data")
+
+
+def _line_kind(value: Any) -> str:
+    """A mailbox line with a body is a whole message; one without, a change."""
+    return "message" if isinstance(value, dict) and "body" in value else "change"
+
+
+class MailboxLine(
+    RootModel[
+        Annotated[
+            Annotated[MailboxMessage, Tag("message")] | Annotated[MailboxChange, Tag("change")],
+            Discriminator(_line_kind),
+        ]
+    ]
+):
+    """Any line of a mailbox file: a whole message, or a change to one."""
+
+    def to_line(self) -> bytes:
+        return self.root.to_line()
+
+
 class Checkpoint(StateModel):
     """checkpoints/<taskId>.json: the last state a task saved, given to its next attempt."""
 
@@ -284,7 +349,9 @@ class Run(StateModel):
     """The run this one runs again (`crew rerun`); the tasks it did not run again were carried
     from that run as they had ended."""
     crew_dir: str
-    """The folder that held crew.toml: `{crewDir}` and agents' relative `cwd` resolve against it."""
+    """The folder that held crew.toml, relative to the crew home (`.` when it is the home; an
+    older crew wrote it absolute, which still reads): `{crewDir}` and agents' relative `cwd`
+    resolve against it."""
     config: CrewConfig
     """The crew definition as resolved when the run started."""
     state_version: int = STATE_VERSION
@@ -304,7 +371,8 @@ class Event(StateModel):
     message: str | None = None
     """A one-line description for people."""
     data: dict[str, Any] | None = None
-    """Details; `task`, `run` and `mailboxMessage` hold the new state of what changed."""
+    """Details; `task` and `run` hold the new state of what changed, `mailboxMessage` the line
+    the mailbox file got (a whole message, or what changed of one: see `change`)."""
     end_seq: Annotated[int, Field(ge=1)] | None = None
     """On every event but the last of a transaction of several: the seq of its last event, so a
     transaction cut short by a crash is told apart from a whole one (crew/store/eventlog.py)."""
@@ -324,10 +392,10 @@ class Event(StateModel):
         return state
 
     @property
-    def mail_state(self) -> MailboxMessage | None:
-        """The new state of the mailbox message this event recorded."""
-        state: MailboxMessage | None = self._state(EventData.MESSAGE)
-        return state
+    def mail_state(self) -> MailboxMessage | MailboxChange | None:
+        """The mailbox line this event recorded: a whole message, or what changed of one."""
+        state: MailboxLine | None = self._state(EventData.MESSAGE)
+        return None if state is None else state.root
 
     @property
     def checkpoint_state(self) -> Checkpoint | None:
@@ -378,10 +446,10 @@ def _invalid(key: str, exc: ValidationError) -> str:
 
 
 #: What an event's `data` may carry as new state, and the model each must be.
-_CARRIED: dict[str, type[StateModel]] = {
+_CARRIED: dict[str, type[StateModel] | type[MailboxLine]] = {
     EventData.TASK: Task,
     EventData.RUN: Run,
-    EventData.MESSAGE: MailboxMessage,
+    EventData.MESSAGE: MailboxLine,
     EventData.CHECKPOINT: Checkpoint,
 }
 

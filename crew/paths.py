@@ -56,6 +56,18 @@ class Home:
         """The folder that holds the home: where workers run unless their agent names a cwd."""
         return self.root.parent
 
+    def crew_dir(self, recorded: str) -> Path:
+        """The folder a run's `crewDir` names: relative to this home (an older crew recorded it
+        absolute, which is taken as it is)."""
+        if os.path.isabs(recorded):
+            return Path(recorded)
+        return Path(os.path.normpath(self.root.resolve() / recorded))
+
+    def relative(self, folder: Path) -> str:
+        """`folder` as a run records it (`crewDir`): relative to this home, so a run's files are
+        the same wherever the project is checked out."""
+        return os.path.relpath(folder.resolve(), self.root.resolve())
+
     def run(self, run_id: str) -> RunPaths:
         """The paths of a run whose id is already known to be a full, valid run id."""
         if not is_run_id(run_id):

@@ -191,6 +191,7 @@ class MessageData(StrEnum):
     OPTIONS = "options"  # of a need_selection contact
     REPORT_TYPE = "type"  # of a report: status, progress or note
     FOLDED = "folded"  # a report standing for this many (rate limit): the task's log has them all
+    LENGTH = "length"  # a progress line kept as an excerpt: its length as printed (the log has it)
     ATTEMPT = "attempt"  # the task attempt it was delivered to
     CARRIED = "carried"  # how many times it went back to pending for a task's next attempt
     AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits

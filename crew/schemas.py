@@ -21,6 +21,7 @@ from crew.models import (
     Checkpoint,
     Event,
     LeaderInfo,
+    MailboxChange,
     MailboxMessage,
     Run,
     SupervisorContact,
@@ -37,7 +38,17 @@ SCHEMAS: dict[str, tuple[str, Any]] = {
     ),
     "task": ("`tasks/<taskId>.json`: one task", Task),
     "event": ("one line of `events.jsonl`", Event),
-    "message": ("one line of `inbox.jsonl`, `outbox.jsonl` or `steering.jsonl`", MailboxMessage),
+    "message": (
+        "a whole line of `inbox.jsonl`, `outbox.jsonl` or `steering.jsonl`: a message as sent, or "
+        "as it is after a change (older crews wrote every change whole); a line without `body` "
+        "is a `change`",
+        MailboxMessage,
+    ),
+    "change": (
+        "a line of a mailbox file that records only what changed of a message written before "
+        "(no `body`): merged into the message's latest state, in file order",
+        MailboxChange,
+    ),
     "contact": ("a worker's open question (`Task.contact`)", SupervisorContact),
     "checkpoint": ("`checkpoints/<taskId>.json`: the last state a task saved", Checkpoint),
     "leader": ("`.runtime/leader.json`: the leader lease", LeaderInfo),

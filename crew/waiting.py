@@ -18,7 +18,7 @@ from crew.models import MailboxMessage, Run, Task
 from crew.registry import LIVE_TASK_STATUSES, MessageStatus, TaskStatus
 from crew.results.leading import Waited
 from crew.results.sending import Sent
-from crew.store import jsonl
+from crew.store import mailfile
 from crew.store.runstore import RunStore
 from crew.store.watch import Watcher, watch_folders
 
@@ -43,7 +43,7 @@ def wait_for_message(
     wanted = _REACHED[until]
     deadline = None if timeout is None else time.monotonic() + timeout
     watcher = watch_folders([store.paths.mailbox_dir])  # before the first read: no change missed
-    follower = jsonl.Follower(store.paths.box(message.kind.box), MailboxMessage)
+    follower = mailfile.Follower(store.paths.box(message.kind.box))
     latest = message
     try:
         while True:

@@ -81,7 +81,7 @@ def test_schema_prints_every_format_or_one(cli: Cli) -> None:
     assert unknown.code == 2
     assert unknown.err == (
         "crew: error: Unknown schema 'nope': expected one of "
-        "manifest, tasks, task, event, message, contact, checkpoint, leader, config.\n"
+        "manifest, tasks, task, event, message, change, contact, checkpoint, leader, config.\n"
     )
 
 

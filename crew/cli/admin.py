@@ -80,8 +80,8 @@ def schema(
     name: Annotated[
         str | None,
         typer.Argument(
-            help="manifest, tasks, task, event, message, contact, checkpoint, leader or config "
-            "(default: all of them).",
+            help="manifest, tasks, task, event, message, change, contact, checkpoint, leader or "
+            "config (default: all of them).",
             metavar="NAME",
             show_default=False,
         ),

@@ -33,12 +33,16 @@ from crew.registry import (
     Priority,
 )
 from crew.store.txn import Txn
-from crew.text import short
+from crew.text import clip, short
 
 DROPPED = "dropped: backpressure"
 #: The attention decisions a message keeps in `data.decisions`: the latest ones.
 DECISIONS_KEPT = 16
 SUPERSEDED = "superseded: worker restarted"
+#: How much of a progress line the outbox and the event log keep (its log keeps it whole): a
+#: worker may print thousands, each up to 8 KiB; status and note reports, which a person asked
+#: for or is meant to read, are kept up to that limit.
+PROGRESS_EXCERPT = 240
 
 #: What a new attempt is given again of what the last one received.
 _CARRIED = frozenset({MessageKind.STEER, MessageKind.FOLLOW_UP})
@@ -135,6 +139,7 @@ def deliver(txn: Txn, messages: Iterable[MailboxMessage], *, attempt: int) -> No
                     "data": {**(current.data or {}), MessageData.ATTEMPT: attempt},
                 }
             ),
+            was=current,
         )
 
 
@@ -156,6 +161,7 @@ def acknowledge(txn: Txn, task_id: str, message_id: str) -> MailboxMessage | Non
         EventType.MAILBOX_ACKNOWLEDGED,
         message=f"{task_id} acknowledged {message.kind} {message.id}",
         mail=acknowledged,
+        was=message,
     )
     return acknowledged
 
@@ -193,6 +199,7 @@ def decide(txn: Txn, task_id: str, decision: dict[str, Any]) -> None:
         message=text,
         data=data,
         mail=message.model_copy(update={"data": kept}),
+        was=message,
     )
 
 
@@ -203,6 +210,7 @@ def reject(txn: Txn, message: MailboxMessage, reason: str) -> MailboxMessage:
         EventType.MAILBOX_REJECTED,
         message=f"rejected {message.kind} {message.id} to {message.task_id}: {reason}",
         mail=rejected,
+        was=message,
     )
     return rejected
 
@@ -221,6 +229,7 @@ def drop_oldest(
             message=f"dropped {old.kind} {old.id} to {task_id}: more than {cap} pending",
             data={"cap": cap},
             mail=dropped[-1],
+            was=old,
         )
     return dropped
 
@@ -333,6 +342,7 @@ def _hold(txn: Txn, message: MailboxMessage, question: dict[str, Any]) -> None:
         message=f"answer {message.id} to {message.task_id} held until its next attempt asks "
         f"{short(question['prompt'], 60)!r} again",
         mail=message.model_copy(update={"data": data}),
+        was=message,
     )
 
 
@@ -359,6 +369,7 @@ def _carry_over(txn: Txn, message: MailboxMessage) -> None:
                 "data": data,
             }
         ),
+        was=message,
     )
 
 
@@ -369,8 +380,12 @@ def report(
     txn: Txn, task_id: str, kind: ContactType, text: str, *, folded: int = 0
 ) -> MailboxMessage:
     """A worker's status, progress or note line, kept in outbox.jsonl. `folded`: it stands for
-    this many reports (the latest of them) that were not recorded one by one."""
+    this many reports (the latest of them) that were not recorded one by one. A progress line
+    is kept as an excerpt (PROGRESS_EXCERPT characters): the task's log has it whole."""
     data: dict[str, Any] = {MessageData.REPORT_TYPE: kind.value}
+    if kind is ContactType.PROGRESS and len(text) > PROGRESS_EXCERPT:
+        data[MessageData.LENGTH] = len(text)
+        text = clip(text, PROGRESS_EXCERPT)
     summary = f"{task_id} {kind}: {short(text)}"
     if folded:
         data[MessageData.FOLDED] = folded

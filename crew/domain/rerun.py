@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from crew.domain.lease import read_lease, refuse_if_led
 from crew.domain.runs import Rerun, create_run
@@ -104,7 +103,7 @@ def rerun(
     new = create_run(
         home,
         run.config,
-        crew_dir=Path(run.crew_dir),
+        crew_dir=home.crew_dir(run.crew_dir),
         session=session,
         rerun=Rerun(store.paths, carried),
     )

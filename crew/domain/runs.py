@@ -62,7 +62,7 @@ def create_run(
             leader_epoch=0,
             created_at=at,
             rerun_of=rerun.source.run_id if rerun is not None else None,
-            crew_dir=str(crew_dir),
+            crew_dir=home.relative(crew_dir),
             config=config,
         )
         tasks = [carried.get(t.id) or new_task(config, t) for t in config.tasks]

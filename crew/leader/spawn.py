@@ -50,16 +50,16 @@ def launch_for(
     only the hash.
     """
     token = ids.new_worker_token()
+    crew_dir = paths.home.crew_dir(run.crew_dir)
     values = {
         "prompt": task.prompt,
         "task": task.id,
         "run": run.run_id,
-        "crewDir": run.crew_dir,
+        "crewDir": str(crew_dir),
         "python": sys.executable,  # the interpreter that runs crew: it can import crew.worker
     }
     argv = [_PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], arg) for arg in agent.command]
     argv = adapter.command(argv, task)
-    crew_dir = Path(run.crew_dir)
     cwd = (crew_dir / agent.cwd) if agent.cwd is not None else paths.home.project_dir
     variables = {
         **os.environ,

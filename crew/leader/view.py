@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from crew import domain
 from crew.errors import StoreError
 from crew.leader.schedule import Pending
-from crew.models import Event, MailboxMessage
+from crew.models import Event
 from crew.registry import INBOUND_BOXES
-from crew.store import eventlog, jsonl
+from crew.store import eventlog, mailfile
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
@@ -30,9 +30,7 @@ class RunView:
         self.state: RunState = store.state()
         self.pending = Pending()
         self._on_events = on_events
-        self._followers = [
-            jsonl.Follower(store.paths.box(b), MailboxMessage) for b in INBOUND_BOXES
-        ]
+        self._followers = [mailfile.Follower(store.paths.box(b)) for b in INBOUND_BOXES]
         self._events = eventlog.Follower(store.paths.events)
         #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from crew.models import Event, MailboxMessage
 from crew.paths import RunPaths
 from crew.registry import Box, MessageStatus
-from crew.store import jsonl
+from crew.store import jsonl, mailfile
 from crew.store.files import fsync_derived
 from crew.store.pin import Pin
 from crew.store.state import messages_by_box
@@ -23,13 +23,14 @@ _MESSAGE_RANK = {
 def gaps(
     paths: RunPaths, events: list[Event], pin: Pin | None = None
 ) -> dict[Box, list[MailboxMessage]]:
-    """Messages whose latest evented version their mailbox file lacks (or has older)."""
+    """Messages whose latest evented version their mailbox file lacks (or has older): each
+    whole, since the file may lack the line a change would be merged into."""
     found: dict[Box, list[MailboxMessage]] = {}
-    for box, messages in messages_by_box(events).items():
-        expected = jsonl.fold(messages, _message_id)
+    for box, lines in messages_by_box(events).items():
+        expected = mailfile.fold(lines)
         path = paths.box(box)
         end = pin.end(path) if pin is not None else None
-        have = jsonl.fold(jsonl.read(path, MailboxMessage, end=end).records, _message_id)
+        have = mailfile.fold(mailfile.read(path, end=end))
         missing = [
             m
             for m in expected.values()
@@ -41,12 +42,13 @@ def gaps(
 
 
 def reapply_tail(paths: RunPaths, events: list[Event]) -> list[str]:
-    """Append the mailbox lines of unapplied events that did not reach their files."""
+    """Append the mailbox lines of unapplied events that did not reach their files (each as the
+    event carries it: a change stays a change, its message's earlier lines being there)."""
     repairs: list[str] = []
     for box, expected in messages_by_box(events).items():
         path = paths.box(box)
-        present = jsonl.tail_records(path, MailboxMessage, len(expected))
-        done = _applied_prefix(present, expected)
+        present = mailfile.tail(path, len(expected))
+        done = _applied_prefix([p.to_line() for p in present], [e.to_line() for e in expected])
         missing = expected[done:]
         if missing:
             jsonl.append(path, [m.to_line() for m in missing], durable=fsync_derived())
@@ -64,7 +66,7 @@ def rewrite_gaps(paths: RunPaths, missing_by_box: dict[Box, list[MailboxMessage]
     return repairs
 
 
-def _applied_prefix(present: list[MailboxMessage], expected: list[MailboxMessage]) -> int:
+def _applied_prefix(present: list[bytes], expected: list[bytes]) -> int:
     """How many of `expected` already end the file: the longest prefix matching its tail."""
     for count in range(min(len(present), len(expected)), 0, -1):
         if present[len(present) - count :] == expected[:count]:
@@ -75,7 +77,3 @@ def _applied_prefix(present: list[MailboxMessage], expected: list[MailboxMessage
 def _progress(message: MailboxMessage) -> tuple[int, int]:
     """How far a message's life has gone: lines of a later round (`carried`) come after."""
     return (message.carried, _MESSAGE_RANK[message.status])
-
-
-def _message_id(message: MailboxMessage) -> str:
-    return message.id

@@ -26,7 +26,7 @@ from crew.models import (
 )
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType, MessageStatus
-from crew.store import eventlog, jsonl, mailbox_repair, marker, snapshot
+from crew.store import eventlog, jsonl, mailbox_repair, mailfile, marker, snapshot
 from crew.store.files import (
     boot_id,
     fsync_derived,
@@ -128,12 +128,13 @@ class RunStore:
         return eventlog.read(self.paths.events, offset=offset)
 
     def messages(self, box: Box | None = None) -> list[MailboxMessage]:
-        """Mailbox messages folded by id (latest line wins), in first-seen order."""
+        """Mailbox messages folded by id (each line merged into the message's state), in
+        first-seen order."""
         boxes = [box] if box is not None else list(Box)
         return [m for each in boxes for m in self.fold(each).values()]
 
     def fold(self, box: Box) -> dict[str, MailboxMessage]:
-        """The latest line of each message of a mailbox file (do not change the result)."""
+        """The latest state of each message of a mailbox file (do not change the result)."""
         return self._fold_of(box).current()
 
     def pending(self, box: Box) -> tuple[dict[str, MailboxMessage], dict[str, int]]:
@@ -165,8 +166,9 @@ class RunStore:
             return None
 
     def history(self, box: Box) -> list[MailboxMessage]:
-        """Every line of a mailbox file: each status change of each message, in order."""
-        return jsonl.read(self.paths.box(box), MailboxMessage).records
+        """Every line of a mailbox file as the state it leaves its message in: each change of
+        each message, in order."""
+        return mailfile.history(self.paths.box(box))
 
     # ---------------------------------------------------------------- writing
 
@@ -432,7 +434,7 @@ class _Fold:
     read again from the start if the file was replaced or shrank)."""
 
     def __init__(self, path: Path) -> None:
-        self._follower = jsonl.Follower(path, MailboxMessage)
+        self._follower = mailfile.Follower(path)
         self._messages: dict[str, MailboxMessage] = {}
         #: The messages whose latest line is pending, and each message's first-seen place.
         self.pending: dict[str, MailboxMessage] = {}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crew.errors import NotFound
-from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
+from crew.models import Checkpoint, Event, MailboxChange, MailboxMessage, Run, Task
 from crew.registry import Box, TaskStatus
 
 #: Task fields the leader refreshes without an event (too frequent to log); ignored when comparing
@@ -185,9 +185,10 @@ def ordered(run: Run, tasks: list[Task]) -> dict[str, Task]:
     return in_order
 
 
-def messages_by_box(events: list[Event]) -> dict[Box, list[MailboxMessage]]:
-    """The mailbox lines a list of events carries, by the file that holds them, in order."""
-    found: dict[Box, list[MailboxMessage]] = {}
+def messages_by_box(events: list[Event]) -> dict[Box, list[MailboxMessage | MailboxChange]]:
+    """The mailbox lines a list of events carries (whole messages and changes), by the file that
+    holds them, in order."""
+    found: dict[Box, list[MailboxMessage | MailboxChange]] = {}
     for event in events:
         mail = event.mail_state
         if mail is not None:

@@ -6,7 +6,8 @@ Commit writes, in this order:
 
 1. every event of the transaction, in **one** `write()` to events.jsonl — the commit point
    (framed by `endSeq`, so a write cut short is told apart from a whole one: see eventlog.py);
-2. the mailbox lines, one `write()` per mailbox file;
+2. the mailbox lines, one `write()` per mailbox file (a message's change records only what
+   changed: crew/store/mailfile.py);
 3. the snapshot of each task it changed (`tasks/<taskId>.json`), manifest.json if the run
    changed, and checkpoints (atomic replace; a transaction never rewrites what it did not
    change, so it costs the same whatever the number of tasks);
@@ -31,7 +32,7 @@ from crew.errors import StoreError, from_os_error
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType, MessageStatus
-from crew.store import eventlog, jsonl
+from crew.store import eventlog, jsonl, mailfile
 from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
 
@@ -53,6 +54,8 @@ class Txn:
         self._last_seq = last_seq
         self._events: list[Event] = []
         self._mail: list[MailboxMessage] = []
+        #: The mailbox lines that record them (a change records only what changed).
+        self._lines: list[mailfile.Line] = []
         #: The tasks whose snapshot files this transaction rewrites.
         self._dirty_tasks: set[str] = set()
         self._run_dirty = False
@@ -100,10 +103,12 @@ class Txn:
         task: Task | None = None,
         run: Run | None = None,
         mail: MailboxMessage | None = None,
+        was: MailboxMessage | None = None,
         checkpoint: Checkpoint | None = None,
     ) -> Event:
         """Stage an event; `task`, `run`, `mail` and `checkpoint` are new state it carries (and
-        applies)."""
+        applies). `was`: the message's state before `mail`, which then records (in its mailbox
+        file and in the event) only what changed."""
         payload = {**self._caused_by, **(data or {})}
         if task is not None:
             self.state.put(task)
@@ -115,9 +120,11 @@ class Txn:
             self._run_dirty = True
             payload[EventData.RUN] = run.to_dict()
         if mail is not None:
+            line = mail if was is None else mailfile.change_line(was, mail)
             self._mail.append(mail)
+            self._lines.append(line)
             self._staged.setdefault(mail.kind.box, {})[mail.id] = mail
-            payload[EventData.MESSAGE] = mail.to_dict()
+            payload[EventData.MESSAGE] = line.to_dict()
             task_id = task_id or mail.task_id
         if checkpoint is not None:
             self._checkpoints.append(checkpoint)
@@ -183,8 +190,8 @@ class Txn:
         start = jsonl.append(paths.events, lines)  # the commit point: fsynced, the only file
         try:
             by_box: dict[Box, list[bytes]] = {}
-            for mail in self._mail:
-                by_box.setdefault(mail.kind.box, []).append(mail.to_line())
+            for line in self._lines:
+                by_box.setdefault(line.kind.box, []).append(line.to_line())
             ends: dict[Box, int] = {}
             for box, box_lines in by_box.items():
                 at = jsonl.append(paths.box(box), box_lines, durable=fsync_derived())
