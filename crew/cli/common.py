@@ -122,8 +122,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     except Exception as error:
         usage = _as_usage_error(error)
         if usage is not None:
-            usage.show()
-            return usage.exit_code
+            return _report_usage(usage, _command_path(app, argv))
         if debug:
             raise
         from crew.text import terminal_safe
@@ -141,15 +140,48 @@ class _ParserError(Protocol):
 
     def show(self) -> None: ...
 
+    def format_message(self) -> str: ...
+
 
 def _as_usage_error(error: Exception) -> _ParserError | None:
     """A command-line error from the parser (an unknown option, a missing argument), if it is one.
 
     typer vendors click's exceptions without exporting their base class; what marks them is the
-    interface click documents for them: an integer `exit_code` and `show()`.
+    interface click documents for them: an integer `exit_code`, `show()` and `format_message()`.
     """
-    if isinstance(getattr(error, "exit_code", None), int) and callable(
-        getattr(error, "show", None)
+    if (
+        isinstance(getattr(error, "exit_code", None), int)
+        and callable(getattr(error, "show", None))
+        and callable(getattr(error, "format_message", None))
     ):
         return cast(_ParserError, error)
     return None
+
+
+def _command_path(app: typer.Typer, argv: list[str] | None) -> str:
+    """`crew` and the command the command line names, for a hint when the parser gives none."""
+    names = {info.name for info in app.registered_commands}
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    return f"crew {words[0]}" if words and words[0] in names else "crew"
+
+
+def _report_usage(usage: _ParserError, fallback_path: str) -> int:
+    """The parser's error in crew's own form (docs/exit-codes.md): `crew: error: …` and a hint
+    naming the command's --help; `crew` alone still shows the help (typer's marker class)."""
+    if type(usage).__name__ == "NoArgsIsHelpError":
+        usage.show()
+        return usage.exit_code
+    from crew.errors import CrewError
+    from crew.render import error
+
+    # typer words a value its type refused as pydantic does: "Value error, 'x' is not one of …".
+    message = usage.format_message().replace("Value error, ", "").strip()
+    if not message.endswith((".", "?", "!")):
+        message += "."
+    context = getattr(usage, "ctx", None)
+    path = getattr(context, "command_path", None)
+    if not isinstance(path, str) or not path:
+        path = fallback_path
+    failure = CrewError(message, hint=f"Try '{path} --help' for help.")
+    error(failure)
+    return usage.exit_code
