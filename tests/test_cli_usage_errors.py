@@ -18,7 +18,7 @@ Cli = Callable[..., CliResult]
     [
         (
             ("status", "--jsn"),
-            "crew: error: No such option: --jsn (Possible options: --json).\n"
+            "crew: error: No such option: --jsn (Possible options: --jq, --json).\n"
             "Try 'crew status --help' for help.\n",
         ),
         (

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, JsonOption, home_from
+from crew.cli.common import HomeOption, JqOption, JsonOption, QuietOption, home_from
 
 
 def init(
@@ -20,6 +20,8 @@ def init(
         ),
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
 ) -> int:
     """Create a crew home with a commented crew.toml and a private state folder."""
     from crew.render import emit
@@ -39,6 +41,8 @@ def doctor(
         bool, typer.Option("--repair", help="Fix what can be fixed; nothing is ever deleted.")
     ] = False,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Find corrupt lines, torn tails, damaged snapshots and stale leaders (exit 1 if any)."""
@@ -61,6 +65,7 @@ def schema(
     json: Annotated[
         bool, typer.Option("--json", help="Accepted for uniformity: a schema is always JSON.")
     ] = False,
+    jq: JqOption = None,
 ) -> int:
     """Print the JSON Schema of a file format, generated from the models."""
     from crew.render import emit

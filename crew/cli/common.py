@@ -10,6 +10,7 @@ import typer
 
 from crew import env
 from crew.errors import CrewError, ExitCode
+from crew.output import Color
 
 if TYPE_CHECKING:
     from crew.paths import Home
@@ -25,8 +26,77 @@ HomeOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def _json_or_jq(ctx: typer.Context, value: bool) -> bool:
+    """--jq implies --json. click handles the options typed on the command line first (in the
+    order typed), then the others: when --json is not typed, a typed --jq has been seen."""
+    return value or ctx.params.get("jq") is not None
+
+
+def _jq(value: str | None) -> str | None:
+    """Compile the expression before the command does anything: a bad one is a usage error."""
+    if value is not None:
+        from crew.output import use_jq
+
+        use_jq(value)
+    return value
+
+
+def _quiet(value: bool) -> bool:
+    if value:
+        from crew.output import SETTINGS
+
+        SETTINGS.quiet = True
+    return value
+
+
+def _color(value: Color) -> Color:
+    from crew.output import SETTINGS
+
+    SETTINGS.color = value
+    return value
+
+
+# The output options (crew/output.py) take effect through their callbacks, before the command
+# runs: a command gains one by declaring it, and may ignore its value.
 JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print JSON (one document, or JSON lines for streams).")
+    bool,
+    typer.Option(
+        "--json",
+        help="Print JSON (one document, or JSON lines for streams).",
+        callback=_json_or_jq,
+    ),
+]
+JqOption = Annotated[
+    str | None,
+    typer.Option(
+        "--jq",
+        help="Filter the JSON with jq (implies --json); a string prints as text.",
+        metavar="EXPR",
+        callback=_jq,
+        show_default=False,
+    ),
+]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print only ids, or nothing; errors and warnings still go to stderr.",
+        callback=_quiet,
+    ),
+]
+ColorOption = Annotated[
+    Color,
+    typer.Option(
+        "--color",
+        help="Colours: auto (on a terminal, unless NO_COLOR is set), always, never.",
+        metavar="WHEN",
+        show_default=False,
+        callback=_color,
+        case_sensitive=False,
+    ),
 ]
 SessionOption = Annotated[
     str | None,
@@ -40,11 +110,46 @@ SessionOption = Annotated[
 ForceOption = Annotated[
     bool, typer.Option("--force", help="Act on a run owned by another session (recorded).")
 ]
+
+
+def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a run: the home's run ids, newest first, and `latest`."""
+    try:
+        found = ["latest", *reversed(home_from(ctx.params.get("home")).run_ids())]
+    except (CrewError, OSError):
+        return []
+    return [run_id for run_id in found if run_id.startswith(incomplete)]
+
+
+def complete_task(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a task: the task ids of the run typed before it (else the latest)."""
+    run = ctx.params.get("run")
+    try:
+        tasks = open_run(run if isinstance(run, str) else "latest", ctx.params.get("home"))
+        found = list(tasks.state().tasks)
+    except (CrewError, OSError, ValueError):
+        return []
+    return [task_id for task_id in found if task_id.startswith(incomplete)]
+
+
 RunArgument = Annotated[
     str,
     typer.Argument(
-        help="Run id, a unique prefix of one, or 'latest'.", metavar="RUN", show_default=False
+        help="Run id, a unique prefix of one, or 'latest'.",
+        metavar="RUN",
+        show_default=False,
+        autocompletion=complete_run,
     ),
+]
+TaskArgument = Annotated[
+    str,
+    typer.Argument(
+        help="The task id.", metavar="TASK", show_default=False, autocompletion=complete_task
+    ),
+]
+TaskOption = Annotated[
+    str | None,
+    typer.Option("--task", help="Only this task.", metavar="TASK", autocompletion=complete_task),
 ]
 
 
@@ -93,7 +198,10 @@ def duration(text: str | None, option: str) -> float | None:
 
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the typer app; map CrewError to its exit code, hide tracebacks unless CREW_DEBUG=1."""
+    from crew.output import reset
+
     debug = env.DEBUG.enabled()
+    reset()  # each command line starts from the default output options
     try:
         # Without standalone mode typer returns the exit code of a `typer.Exit` instead of exiting.
         result = app(args=argv, prog_name="crew", standalone_mode=False)

@@ -9,16 +9,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from crew.cli.common import (
+    ColorOption,
     ForceOption,
     HomeOption,
+    JqOption,
     JsonOption,
+    QuietOption,
     RunArgument,
     SessionOption,
+    TaskArgument,
+    TaskOption,
     actor_for,
     check_session_option,
     duration,
     open_run,
 )
+from crew.output import Color
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -68,6 +74,9 @@ def run(
     no_input: NoInputOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Start a run of a crew and lead it (exit 0 when every task completed, 1 otherwise)."""
@@ -91,6 +100,9 @@ def resume(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Lead an interrupted run again: unfinished tasks restart as new attempts."""
@@ -162,9 +174,7 @@ def wait(
             metavar="started|waiting|done",
         ),
     ] = "done",
-    task: Annotated[
-        str | None, typer.Option("--task", help="Only this task.", metavar="TASK")
-    ] = None,
+    task: TaskOption = None,
     timeout: Annotated[
         str | None,
         typer.Option(
@@ -175,6 +185,8 @@ def wait(
         ),
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Block until a task starts or waits for an answer, or the run ends (for CI scripts)."""
@@ -197,7 +209,7 @@ def wait(
 
 def logs(
     run: RunArgument,
-    task: Annotated[str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)],
+    task: TaskArgument,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the task has ended.")
     ] = False,
@@ -209,6 +221,7 @@ def logs(
             "other than colours are otherwise shown as text).",
         ),
     ] = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> None:
     """Print a worker's output (stdout and stderr, as received; made safe on a terminal)."""
