@@ -186,7 +186,7 @@ def test_the_hints_wrap_between_pieces_never_inside_one(tmp_path: Path, home: Ho
     crew = f"{shlex.quote(sys.executable)} -m crew run crew.toml"
     term = Terminal(f"crew-narrow-{os.getpid()}", crew, tmp_path, width=45)
     try:
-        screen = term.shows("Ctrl-C")
+        screen = term.shows("(1 waiting)")
         lines = [line.strip() for line in screen.splitlines()]
         assert "⏎ answer plan's question (1 waiting)" in lines, screen
         assert "Ctrl-C stop" in lines, screen
