@@ -293,6 +293,7 @@ class Dashboard:
         return self._ask(shown), shown.rows
 
     def _ask(self, console: _Rows) -> str:
+        """The exchange itself: the question, the answer typed, the respond sent."""
         from crew import verbs
 
         state = self.store.state()
@@ -363,7 +364,8 @@ class _Rows:
         from rich.text import Text
 
         self.console.print(markup)
-        self.rows += self._height(Text.from_markup(markup).plain)
+        # As rich wrapped it (at spaces), not as the terminal would have.
+        self.rows += len(self.console.render_lines(Text.from_markup(markup), pad=False))
 
     def input(self, prompt: str) -> str:
         """A line typed by the person ('' at end of input)."""
@@ -375,10 +377,10 @@ class _Rows:
         return typed
 
     def _height(self, text: str) -> int:
+        """The rows a line the terminal echoed takes (it wraps at its edge, not at spaces)."""
         from rich.cells import cell_len
 
-        width = max(1, self.console.width)
-        return sum(max(1, -(-cell_len(line) // width)) for line in text.split("\n"))
+        return max(1, -(-cell_len(text) // max(1, self.console.width)))
 
 
 def _erase_rows(rows: int) -> RichControl:
