@@ -190,29 +190,29 @@ class Dashboard:
         watcher = self._watcher()
         view = self.view()
         try:
-            with (
-                self._keys() as keys,
-                Live(self.render(view), console=console, auto_refresh=False) as live,
-            ):
-                while not done(view):
-                    key = self._wait(watcher, keys, wake_fd)
-                    if key == "q" and quit_key:
-                        return None
-                    if key in {"\r", "\n"} and self.interactive:
-                        # The frame and the question are wiped before the next frame is drawn
-                        # where the old one was: nothing of either stays above it.
-                        live.transient = True
-                        live.stop()
-                        with self._cooked(keys):
-                            self.notice, rows = self._answer(console)
-                        console.control(_erase_rows(rows))
-                        live.transient = False
-                        live.start()
+            with self._keys() as keys:
+                while True:
+                    with Live(self.render(view), console=console, auto_refresh=False) as live:
+                        while not done(view):
+                            key = self._wait(watcher, keys, wake_fd)
+                            if key == "q" and quit_key:
+                                return None
+                            if key in {"\r", "\n"} and self.interactive:
+                                live.transient = True  # wiped as it stops: see below
+                                break
+                            view = self.view()
+                            live.update(self.render(view), refresh=True)
+                        else:
+                            return view
+                    # The question is asked where the frame was, and wiped too once answered;
+                    # a new Live (one that knows of no earlier frame to move up over) draws
+                    # the next frame there: nothing stays above it, nothing above is drawn over.
+                    with self._cooked(keys):
+                        self.notice, rows = self._answer(console)
+                    console.control(_erase_rows(rows))
                     view = self.view()
-                    live.update(self.render(view), refresh=True)
         finally:
             watcher.close()
-        return view
 
     def frames(self, *, done: Callable[[View], bool], console: Console) -> View:
         """Without a terminal: print the view as plain text each time it changes (a blank line

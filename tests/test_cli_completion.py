@@ -78,6 +78,7 @@ def test_completion_through_the_shell_protocol(make_run: MakeRun) -> None:
     assert complete(f"crew wait {store.run_id} --task b") == ["build"]
     assert complete("crew cancel latest ") == ["plan", "build"]
     assert complete("crew logs latest ") == ["plan", "build"]
+    assert complete("crew doctor l") == ["latest"]
 
 
 def test_completion_outside_a_crew_home_offers_nothing(tmp_path: Path) -> None:

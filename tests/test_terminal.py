@@ -20,15 +20,17 @@ NO_TMUX = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not i
 
 
 class Terminal:
-    """A tmux session on its own server, 120 by 30 (or as wide as asked). COLUMNS and LINES
+    """A tmux session on its own server, 120 by 30 (or as large as asked). COLUMNS and LINES
     are dropped: a value the test process has would override the terminal's own size."""
 
-    def __init__(self, socket: str, command: str, cwd: Path, *, width: int = 120) -> None:
+    def __init__(
+        self, socket: str, command: str, cwd: Path, *, width: int = 120, height: int = 30
+    ) -> None:
         self.socket = socket
         env = " ".join(
             f"{k}={shlex.quote(v)}" for k, v in os.environ.items() if k.startswith("CREW_")
         )
-        self._tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", "30",
+        self._tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
                    f"cd {shlex.quote(str(cwd))} && env -u COLUMNS -u LINES {env} {command}; echo EXIT=$?; sleep 60")  # fmt: skip
 
     def _tmux(self, *args: str) -> str:
@@ -205,3 +207,26 @@ def test_after_ctrl_c_each_command_is_on_a_line_of_its_own(terminal: Terminal, h
     assert f"crew: stopped leading run {run_id}" in lines
     assert f"crew: continue it with `crew resume {run_id}`" in lines
     assert f"crew: end it with `crew cancel {run_id}`" in lines
+
+
+@NO_TMUX
+def test_an_answer_in_a_narrow_terminal_leaves_no_old_frame_behind(
+    tmp_path: Path, home: Home
+) -> None:
+    question = "Which database should the service use in production, and why that one?"
+    write_crew(tmp_path, [{"id": "plan", "prompt": f"ask:need_input:{question} ; read ; exit:0"}])
+    crew = f"echo BEFORE THE VIEW; {shlex.quote(sys.executable)} -m crew run crew.toml"
+    term = Terminal(f"crew-answer-{os.getpid()}", crew, tmp_path, width=45, height=80)
+    try:
+        term.shows("(1 waiting)")
+        term.keys("Enter")
+        term.shows("Answer (your answer")
+        term.keys("Postgres, because we already run it everywhere else", "Enter")
+        final = term.shows("EXIT=0")
+    finally:
+        term.close()
+    above, frame = final.split("TASK ")
+    assert "Answer (" not in final and "TASK " not in frame, final  # one frame: the last
+    # What the terminal showed before the view is still there; nothing of the answer is.
+    assert above.splitlines()[0] == "BEFORE THE VIEW", final
+    assert "asks (need_input)" not in above, final

@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, JqOption, JsonOption, QuietOption, home_from
+from crew.cli.common import (
+    HomeOption,
+    JqOption,
+    JsonOption,
+    QuietOption,
+    complete_run,
+    home_from,
+)
 
 
 def init(
@@ -34,7 +41,10 @@ def doctor(
     run: Annotated[
         str | None,
         typer.Argument(
-            help="Check only this run (default: every run).", metavar="RUN", show_default=False
+            help="Check only this run (default: every run).",
+            metavar="RUN",
+            show_default=False,
+            autocompletion=complete_run,
         ),
     ] = None,
     repair: Annotated[
