@@ -30,7 +30,8 @@ from crew.text import tally, terminal_safe
 from crew.views import pending_counts, pending_messages
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.control import Control as RichControl
 
     from crew.leader import LeadOptions
     from crew.session import Actor
@@ -80,10 +81,18 @@ def last_line(path: os.PathLike[str] | str) -> str:
 
 class Dashboard:
     def __init__(
-        self, store: RunStore, *, session: str | Actor, interactive: bool, watching: bool = False
+        self,
+        store: RunStore,
+        *,
+        session: str | Actor,
+        interactive: bool,
+        watching: bool = False,
+        plain: bool = False,
     ) -> None:
         self.store = store
         self.watching = watching
+        #: Frames as plain text, one after another (no terminal: no keys, no redrawing).
+        self.plain = plain
         self.session = session
         self.interactive = interactive and sys.stdin.isatty()
         self._events = eventlog.Follower(store.paths.events)
@@ -140,18 +149,22 @@ class Dashboard:
             parts += [Text(""), log]
         for warning in view.warnings:
             parts.append(Text(f"! {terminal_safe(warning)}", style="yellow"))
-        help_line = terminal_safe(self._help(tasks))  # a notice may quote an error
-        parts.append(Text(help_line, style="bold cyan" if self.notice else "dim"))
+        hints = [terminal_safe(hint) for hint in self._help(tasks)]  # a notice may quote an error
+        if hints:
+            parts.append(Hints(hints, style="bold cyan" if self.notice else "dim"))
         return Group(*parts)
 
-    def _help(self, tasks: list[Task]) -> str:
+    def _help(self, tasks: list[Task]) -> list[str]:
+        """The line under the table, in pieces that are never broken across two lines."""
         if self.notice:
-            return self.notice
-        waiting = [t for t in tasks if t.contact is not None]
+            return [self.notice]
+        if self.plain:
+            return []
+        waiting = [t for t in tasks if t.open_question is not None]
         leave = "q leave" if self.watching else "Ctrl-C stop"
         if self.interactive and waiting:
-            return f"⏎ answer {waiting[0].id}'s question ({len(waiting)} waiting) · {leave}"
-        return leave
+            return [f"⏎ answer {waiting[0].id}'s question ({len(waiting)} waiting)", leave]
+        return [leave]
 
     # ------------------------------------------------------------------ the loop
 
@@ -162,38 +175,69 @@ class Dashboard:
         wake_fd: int | None = None,
         quit_key: bool = False,
         console: Console | None = None,
-    ) -> None:
-        """Show the run until `done(view)` says to stop, redrawing when its files change.
+    ) -> View | None:
+        """Show the run until `done(view)` says to stop, redrawing when its files change; the
+        last view (None when the person left with q).
 
         `wake_fd` becoming readable also wakes it (the leader thread finishing); with
         `quit_key`, pressing q leaves.
         """
-        from rich.console import Console
         from rich.live import Live
 
-        console = console or Console()
-        watcher = watch_folders(
-            [self.store.paths.root, self.store.paths.mailbox_dir, self.store.paths.logs_dir]
-        )
+        from crew.output import console as stdout_console
+
+        console = console or stdout_console()
+        watcher = self._watcher()
         view = self.view()
         try:
-            with (
-                self._keys() as keys,
-                Live(self.render(view), console=console, auto_refresh=False) as live,
-            ):
-                while not done(view):
-                    key = self._wait(watcher, keys, wake_fd)
-                    if key == "q" and quit_key:
-                        break
-                    if key in {"\r", "\n"} and self.interactive:
-                        live.stop()
-                        with self._cooked(keys):
-                            self.notice = self._answer(console)
-                        live.start()
+            with self._keys() as keys:
+                while True:
+                    with Live(self.render(view), console=console, auto_refresh=False) as live:
+                        while not done(view):
+                            key = self._wait(watcher, keys, wake_fd)
+                            if key == "q" and quit_key:
+                                return None
+                            if key in {"\r", "\n"} and self.interactive:
+                                live.transient = True  # wiped as it stops: see below
+                                break
+                            view = self.view()
+                            live.update(self.render(view), refresh=True)
+                        else:
+                            return view
+                    # The question is asked where the frame was, and wiped too once answered;
+                    # a new Live (one that knows of no earlier frame to move up over) draws
+                    # the next frame there: nothing stays above it, nothing above is drawn over.
+                    with self._cooked(keys):
+                        self.notice, rows = self._answer(console)
+                    console.control(_erase_rows(rows))
                     view = self.view()
-                    live.update(self.render(view), refresh=True)
         finally:
             watcher.close()
+
+    def frames(self, *, done: Callable[[View], bool], console: Console) -> View:
+        """Without a terminal: print the view as plain text each time it changes (a blank line
+        between two frames) until `done(view)`; the last view."""
+        watcher = self._watcher()
+        shown: str | None = None
+        try:
+            while True:
+                view = self.view()
+                with console.capture() as frame:
+                    console.print(self.render(view))
+                text = frame.get()
+                if text != shown:
+                    console.file.write(("\n" if shown is not None else "") + text)
+                    console.file.flush()
+                    shown = text
+                if done(view):
+                    return view
+                self._wait(watcher, None, None)
+        finally:
+            watcher.close()
+
+    def _watcher(self) -> Watcher:
+        paths = self.store.paths
+        return watch_folders([paths.root, paths.mailbox_dir, paths.logs_dir])
 
     def _wait(self, watcher: Watcher, keys: int | None, wake_fd: int | None) -> str:
         """Sleep until a file changes, `wake_fd` is readable, or a key is pressed (returned)."""
@@ -242,19 +286,25 @@ class Dashboard:
         finally:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
-    def _answer(self, console: Console) -> str:
-        """Ask the person for the answer to the oldest open question and send it."""
+    def _answer(self, console: Console) -> tuple[str, int]:
+        """Ask the person for the answer to the oldest open question and send it: what became
+        of it, and how many rows of the terminal the exchange took."""
+        shown = _Rows(console)
+        return self._ask(shown), shown.rows
+
+    def _ask(self, console: _Rows) -> str:
+        """The exchange itself: the question, the answer typed, the respond sent."""
         from crew import verbs
 
         state = self.store.state()
         waiting = sorted(
-            (t for t in state.task_list() if t.contact is not None),
+            (t for t in state.task_list() if t.open_question is not None),
             key=lambda t: t.waiting_since or "",
         )
         if not waiting:
             return "No question is open any more."
         task = waiting[0]
-        contact = task.contact
+        contact = task.open_question
         assert contact is not None
         console.print(f"\n[bold]{task.id}[/] asks ({contact.type}): {markup_safe(contact.prompt)}")
         if contact.options:
@@ -265,10 +315,7 @@ class Dashboard:
             hint = "yes / no, or more words"
         else:
             hint = "your answer"
-        try:
-            text = input(f"Answer ({hint}; empty to skip): ").strip()
-        except EOFError:
-            text = ""
+        text = console.input(f"Answer ({hint}; empty to skip): ").strip()
         if not text:
             return "Skipped: the question is still open."
         if contact.options and text.isdigit() and 1 <= int(text) <= len(contact.options):
@@ -280,6 +327,69 @@ class Dashboard:
         except CrewError as error:
             return f"Not sent: {error.message}"
         return f"Answered {task.id} ({sent.message.id})."
+
+
+class Hints:
+    """Short pieces of help on one line, `a · b · c`, wrapped only between two pieces: a key and
+    what it does (`Ctrl-C stop`) never end up on two lines."""
+
+    def __init__(self, pieces: list[str], *, style: str) -> None:
+        self.pieces = pieces
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.cells import cell_len
+        from rich.text import Text
+
+        lines: list[str] = []
+        for piece in self.pieces:
+            joined = f"{lines[-1]} · {piece}" if lines else piece
+            if lines and cell_len(joined) <= options.max_width:
+                lines[-1] = joined
+            else:
+                lines.append(piece)
+        for line in lines:
+            yield Text(line, style=self.style, no_wrap=True, overflow="ellipsis")
+
+
+class _Rows:
+    """Prints to a console and counts the terminal rows it took (wrapped lines and the line the
+    person typed included), so that they can be erased."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.rows = 0
+
+    def print(self, markup: str) -> None:
+        from rich.text import Text
+
+        self.console.print(markup)
+        # As rich wrapped it (at spaces), not as the terminal would have.
+        self.rows += len(self.console.render_lines(Text.from_markup(markup), pad=False))
+
+    def input(self, prompt: str) -> str:
+        """A line typed by the person ('' at end of input)."""
+        try:
+            typed = input(prompt)
+        except EOFError:
+            typed = ""
+        self.rows += self._height(prompt + typed)
+        return typed
+
+    def _height(self, text: str) -> int:
+        """The rows a line the terminal echoed takes (it wraps at its edge, not at spaces)."""
+        from rich.cells import cell_len
+
+        return max(1, -(-cell_len(text) // max(1, self.console.width)))
+
+
+def _erase_rows(rows: int) -> RichControl:
+    """Erase the `rows` rows above the cursor (which starts a line) and go to the first."""
+    from rich.control import Control as RichControl
+    from rich.segment import ControlType
+
+    up_and_erase = ((ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2))
+    return RichControl(ControlType.CARRIAGE_RETURN, *(up_and_erase * rows))
 
 
 def lead_with_view(store: RunStore, session: str | Actor, options: LeadOptions) -> ExitCode:
@@ -330,7 +440,7 @@ def _since(task: Task) -> str:
 
 
 def _now(task: Task, last: str) -> str:
-    if task.contact is not None:
+    if task.open_question is not None:
         return f"? {question_line(task)}"
     if task.status.terminal and task.error:
         return task.error

@@ -22,19 +22,22 @@ EXIT_CODES: dict[ExitCode, tuple[str, str]] = {
     ExitCode.OK: (
         "success",
         "the command did what it says; `crew doctor` found nothing (or repaired everything); "
-        "`crew run` ended with every task completed; a replayed idempotent request; a message "
+        "`crew run` ended with every task completed (so did `crew wait` or `crew watch` of "
+        "it); a replayed idempotent request; a message "
         "accepted by making room under backpressure (the oldest pending one was dropped: a "
         "warning on stderr, `dropped` in `--json`)",
     ),
     ExitCode.FAILED: (
         "the run ended with failed tasks, or an unexpected error",
-        "`crew run` with a failed task; `crew doctor` found problems; a state file that cannot "
+        "`crew run` with a failed task, and `crew wait` (for the end) or `crew watch` of a run "
+        "that failed or was cancelled; `crew doctor` found problems; a state file that cannot "
         "be read at all; a write that failed (disk full, a read-only folder); a leader that "
         "crashed (`leader.crashed`: the run can be resumed)",
     ),
     ExitCode.USAGE: (
         "usage error",
-        "an unknown option; an invalid run or task id (`../x`, `/etc/passwd`, empty, over 64 "
+        "an unknown option or a missing argument; a `--jq` expression jq cannot compile; an "
+        "invalid run or task id (`../x`, `/etc/passwd`, empty, over 64 "
         "characters); an invalid crew.toml; an empty or oversized message body; an ambiguous "
         "run prefix; a `CREW_LOCK_TIMEOUT` that is not a duration; `crew prune` without "
         "`--keep` or `--older-than`",

@@ -211,6 +211,15 @@ class Task(StateModel):
     limits: Limits | None = None
     """Limits raised for this task when it reached them (the others are its agent's)."""
 
+    @property
+    def open_question(self) -> SupervisorContact | None:
+        """The question that waits for an answer: none once the task has ended (a cancelled
+        task keeps its last question on record, but nobody can answer it any more)."""
+        contact = self.contact
+        if contact is None or contact.answered_at is not None or self.status.terminal:
+            return None
+        return contact
+
     def since(self) -> str | None:
         """When the task entered its current status (as far as the task records it)."""
         if self.status is TaskStatus.WAITING:

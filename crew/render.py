@@ -12,7 +12,6 @@ still obey inside its strings are written as `\\uXXXX` escapes, which mean the s
 
 from __future__ import annotations
 
-import json as jsonlib
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from crew import clock
 from crew.errors import CrewError
+from crew.output import SETTINGS, console, print_json
 from crew.registry import (
     LEADER,
     DecisionAction,
@@ -29,11 +29,9 @@ from crew.registry import (
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import format_counts, json_safe, short, terminal_safe
+from crew.text import format_counts, short, terminal_safe
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from crew.config_checks import InvalidConfig
     from crew.models import Task, Usage
     from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
@@ -59,13 +57,20 @@ STATUS_STYLE = {
 
 
 def emit(result: Result, *, json: bool) -> int:
-    """Print a result (see the module docstring); returns its exit code."""
+    """Print a result (see the module docstring); returns its exit code.
+
+    With --quiet (crew/output.py) the text view is only `result.quiet_lines()` and the notes
+    are left out; JSON, warnings and errors are printed as ever.
+    """
     for warning in result.warnings():
         warn(warning)
     for note in result.notes():
         say(note)
-    if json:
+    if json or SETTINGS.jq is not None:
         print_json(result.to_json(), compact=result.json_line)
+    elif SETTINGS.quiet:
+        for line in result.quiet_lines():
+            _out(line)
     else:
         _TEXT_VIEWS[type(result).__name__](result)
     failure = result.failure()
@@ -108,24 +113,15 @@ def silence_stdout() -> None:
         pass
 
 
-def print_json(data: Any, *, compact: bool = False) -> None:
-    """One JSON document (or one JSON line) on stdout."""
-    text = jsonlib.dumps(
-        data,
-        ensure_ascii=False,
-        separators=(",", ":") if compact else None,
-        indent=None if compact else 2,
-    )
-    sys.stdout.write(json_safe(text) + "\n")
-
-
 def warn(message: str) -> None:
     """A warning on stderr (never on stdout, which may be piped into jq)."""
     sys.stderr.write(f"crew: warning: {terminal_safe(message)}\n")
 
 
 def say(message: str) -> None:
-    """A note for the person at the terminal, on stderr."""
+    """A note for the person at the terminal, on stderr (none with --quiet)."""
+    if SETTINGS.quiet:
+        return
     sys.stderr.write(f"crew: {terminal_safe(message)}\n")
 
 
@@ -138,14 +134,6 @@ def starting(run_id: str, *, resumed: bool, json: bool, detail: str = "") -> Non
 def _out(line: str = "") -> None:
     """A line of text for people on stdout, made safe for a terminal."""
     sys.stdout.write(terminal_safe(line) + "\n")
-
-
-def console() -> Console:
-    """A console for stdout; piped output is never wrapped or cut to a terminal's width."""
-    from rich.console import Console
-
-    piped = not sys.stdout.isatty()
-    return Console(highlight=False, soft_wrap=piped, width=100_000 if piped else None)
 
 
 def styled(status: str) -> str:
@@ -178,7 +166,7 @@ def attempts(task: Task) -> str:
 
 def question_line(task: Task) -> str:
     """A task's open question on one line: `prompt [a|b]`."""
-    contact = task.contact
+    contact = task.open_question
     if contact is None:
         return ""
     options = f" [{'|'.join(contact.options)}]" if contact.options else ""
@@ -295,9 +283,10 @@ def _status(report: StatusReport) -> None:
     if report.open_contacts:
         out.print("\n[bold]Waiting for an answer:[/]")
         for task in report.open_contacts:
-            assert task.contact is not None
+            contact = task.open_question
+            assert contact is not None
             question = markup_safe(question_line(task))
-            out.print(f"  {task.id} ({task.contact.id}) {task.contact.type}: {question}")
+            out.print(f"  {task.id} ({contact.id}) {contact.type}: {question}")
             out.print(f'    answer with: crew respond {run.run_id} {task.id} "…"', style="dim")
     if report.run_warnings:
         out.print("\n[bold]Warnings:[/]")
@@ -324,8 +313,8 @@ def _note(task: Task) -> str:
         return short(" ".join(task.result.split()), 60)
     if task.status.terminal and task.exit_code is not None:
         return f"exit {task.exit_code}"
-    if task.contact is not None:
-        return short(f"? {task.contact.prompt}", 60)
+    if task.open_question is not None:
+        return short(f"? {task.open_question.prompt}", 60)
     if task.depends_on and task.status is TaskStatus.QUEUED:
         return "after " + ", ".join(task.depends_on)
     return ""
@@ -462,8 +451,9 @@ def _removed(result: Removed) -> None:
 
 def _waited(result: Waited) -> None:
     for task in result.tasks:
-        if task.contact is not None and not task.status.terminal:
-            _out(f"{task.id} {task.status} ({task.contact.id}): {question_line(task)}")
+        question = task.open_question
+        if question is not None:
+            _out(f"{task.id} {task.status} ({question.id}): {question_line(task)}")
         else:
             _out(f"{task.id} {task.status}")
 

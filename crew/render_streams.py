@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from crew import clock
 from crew.models import Event
+from crew.output import SETTINGS, Color, colored, print_json_line
 from crew.registry import DecisionAction, EventType
 from crew.store.logindex import TimedLine
 from crew.text import RESET_STYLE, TerminalStream, json_safe, terminal_safe
@@ -57,11 +58,13 @@ def progress_line(event: Event) -> str | None:
 
 
 def show_events(events: list[Event], *, json: bool, progress: bool = False) -> None:
-    """Print events as they come: JSON lines, or lines for people (`progress`: only those
-    worth showing while a run goes)."""
+    """Print events as they come: JSON lines (each through --jq, if given), or lines for people
+    (`progress`: only those worth showing while a run goes, and none with --quiet)."""
     for event in events:
-        if json:
-            sys.stdout.write(event_json(event) + "\n")
+        if json or SETTINGS.jq is not None:
+            print_json_line(event_json(event))
+            continue
+        if progress and SETTINGS.quiet:
             continue
         line = progress_line(event) if progress else event_line(event)
         if line:
@@ -71,15 +74,16 @@ def show_events(events: list[Event], *, json: bool, progress: bool = False) -> N
 
 def show_output(chunks: Iterable[bytes], *, raw: bool, flush: bool) -> None:
     """A worker's output: its bytes exactly as stored when stdout is not a terminal (a file, a
-    pipe) or with `raw`; on a terminal, as `less -R` would show it (see `TerminalStream`)."""
-    if raw or not sys.stdout.isatty():
+    pipe) or with `raw`; on a terminal (or anywhere with --color always), as `less -R` would
+    show it (see `TerminalStream`), without its colours where crew/output.py says none."""
+    if raw or not (sys.stdout.isatty() or SETTINGS.color is Color.ALWAYS):
         out = sys.stdout.buffer
         for chunk in chunks:
             out.write(chunk)
             if flush:
                 out.flush()
         return
-    stream = TerminalStream()
+    stream = TerminalStream(colors=colored())
     try:
         for chunk in chunks:
             sys.stdout.write(stream.feed(chunk))
@@ -139,6 +143,13 @@ def log_line_json(line: TimedLine) -> str:
 
 def show_lines(batches: Iterable[Iterable[TimedLine]], style: LineStyle, *, flush: bool) -> None:
     """Lines of workers' output as `style` says, each batch as it comes."""
+    if style.json and SETTINGS.jq is not None:
+        for batch in batches:
+            for line in batch:
+                print_json_line(log_line_json(line))
+            if flush:
+                sys.stdout.flush()
+        return
     out = sys.stdout.buffer
     for batch in batches:
         for line in batch:

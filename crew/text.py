@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -84,16 +85,24 @@ def terminal_safe(text: str, *, lines: bool = False) -> str:
     return text.translate(_VISIBLE)
 
 
+def colors_wanted() -> bool:
+    """Whether a terminal may be coloured unasked: not when NO_COLOR is set (no-color.org) or
+    the terminal says it is dumb (`--color always` overrides both: crew/output.py)."""
+    return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 class TerminalStream:
     """A worker's output bytes, chunk by chunk, made safe for a terminal as `less -R` shows
     them: colours and text styles (SGR sequences) pass, every other control is shown as text
     (see `terminal_safe`), lines and tabs are kept. A character or a colour split across two
     chunks is completed by the next one."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, colors: bool = True) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
         self._styled = False
+        #: Without colours, the SGR sequences are dropped too (--color never, NO_COLOR).
+        self._colors = colors
 
     def feed(self, chunk: bytes) -> str:
         """What `chunk` adds, ready to print."""
@@ -112,9 +121,11 @@ class TerminalStream:
         shown: list[str] = []
         start = 0
         for match in _SGR_RE.finditer(text):
-            shown += [terminal_safe(text[start : match.start()], lines=True), match.group()]
+            shown.append(terminal_safe(text[start : match.start()], lines=True))
+            if self._colors:
+                shown.append(match.group())
+                self._styled = True
             start = match.end()
-            self._styled = True
         shown.append(terminal_safe(text[start:], lines=True))
         return "".join(shown)
 

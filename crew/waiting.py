@@ -103,7 +103,8 @@ class Until(StrEnum):
 def wait_for_run(
     store: RunStore, until: Until, *, task_id: str | None = None, timeout: float | None = None
 ) -> Waited:
-    """Block until the condition holds; returns the tasks that match it.
+    """Block until the condition holds; returns the tasks that match it (and, waiting for the
+    end, how the run or task ended: `Waited.exit_code` is `crew run`'s).
 
     CrewTimeout (exit 3) when `timeout` passes first; Refused (exit 4) when it can no longer
     hold: a run or task that ended without starting or asking what was waited for, or a run
@@ -117,15 +118,17 @@ def wait_for_run(
             state = store.state()
             tasks = [state.task(task_id)] if task_id is not None else state.task_list()
             ended = tasks[0].status.terminal if task_id is not None else state.run.status.terminal
+            status = tasks[0].status if task_id is not None else state.run.status
             if until is Until.DONE:
-                matching = tasks if ended else []
+                if ended:
+                    return Waited(store.run_id, until.value, tasks, ended=status)
+                matching = []
             else:
                 matching = [t for t in tasks if _MATCHES[until](t)]
             if matching:
                 return Waited(store.run_id, until.value, matching)
             what = f"task {task_id}" if task_id else f"run {store.run_id}"
             if ended:
-                status = tasks[0].status if task_id else state.run.status
                 raise Refused(f"{what.capitalize()} ended ({status}) without {_NEVER[until]}.")
             leader.check(state.run)
             remaining = None if deadline is None else deadline - time.monotonic()

@@ -255,18 +255,6 @@ def test_following_an_ended_run_prints_it_and_returns(cli: Cli, make_run: MakeRu
     assert result.code == 0 and "run.ended" in result.out
 
 
-def test_watch_needs_a_terminal(cli: Cli, make_run: MakeRun) -> None:
-    make_run()
-
-    result = cli("watch")
-
-    assert result.code == 2
-    assert result.err == (
-        "crew: error: crew watch needs a terminal.\n"
-        "For a stream, use `crew events RUN --follow` (add --json for JSON lines).\n"
-    )
-
-
 def test_status_shows_the_failures_that_count_against_max_attempts(
     cli: Cli, make_run: MakeRun
 ) -> None:

@@ -650,7 +650,7 @@ def test_wait_json_holds_the_tasks_the_text_lists(cli: Cli, make_run: MakeRun) -
     done = json.loads(cli("wait", store.run_id, "--json").out)
     assert list(done) == ["runId", "for", "tasks"] and done["for"] == "done"
     assert done["tasks"] == [t.to_dict() for t in store.state().task_list()]
-    assert cli("wait", store.run_id) == CliResult(0, waited_text(done), "")
+    assert cli("wait", store.run_id) == CliResult(1, waited_text(done), "")  # a cancelled run: 1
 
 
 def test_wait_for_started_holds_the_tasks_that_run_and_refuses_one_that_never_will(

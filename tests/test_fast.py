@@ -101,6 +101,9 @@ def _alive(store: RunStore, **changes: object) -> None:
         ("nudge", "plan", "where are you?", "--json"),
         ("steer", "plan", "as someone else", "--session", "other@ci", "--force"),
         ("steer", "plan", "unicode \u00e9\u2028 and \x01 control", "--json"),
+        ("steer", "plan", "quietly", "-q"),
+        ("nudge", "plan", "--quiet"),
+        ("follow-up", "plan", "quiet, but JSON", "-q", "--json"),
     ],
 )
 def test_a_send_writes_and_prints_what_the_full_command_does(
@@ -206,6 +209,7 @@ def test_status_of_a_finished_run_needs_no_leader(
         (ContactType.NEED_INPUT, None, ("Use Postgres", "--json")),
         (ContactType.NEED_SELECTION, ["a", "b"], ("b", "--json")),
         (ContactType.NEED_CONFIRMATION, None, ("yes",)),
+        (ContactType.NEED_INPUT, None, ("Use Postgres", "-q")),
     ],
 )
 def test_an_answer_writes_and_prints_what_the_full_command_does(

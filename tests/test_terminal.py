@@ -20,15 +20,18 @@ NO_TMUX = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not i
 
 
 class Terminal:
-    """A tmux session on its own server, 120 by 30."""
+    """A tmux session on its own server, 120 by 30 (or as large as asked). COLUMNS and LINES
+    are dropped: a value the test process has would override the terminal's own size."""
 
-    def __init__(self, socket: str, command: str, cwd: Path) -> None:
+    def __init__(
+        self, socket: str, command: str, cwd: Path, *, width: int = 120, height: int = 30
+    ) -> None:
         self.socket = socket
         env = " ".join(
             f"{k}={shlex.quote(v)}" for k, v in os.environ.items() if k.startswith("CREW_")
         )
-        self._tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "30",
-                   f"cd {shlex.quote(str(cwd))} && env {env} {command}; echo EXIT=$?; sleep 60")  # fmt: skip
+        self._tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
+                   f"cd {shlex.quote(str(cwd))} && env -u COLUMNS -u LINES {env} {command}; echo EXIT=$?; sleep 60")  # fmt: skip
 
     def _tmux(self, *args: str) -> str:
         done = subprocess.run(
@@ -36,8 +39,9 @@ class Terminal:
         )
         return done.stdout
 
-    def screen(self) -> str:
-        return self._tmux("capture-pane", "-p", "-t", "t")
+    def screen(self, *, escapes: bool = False) -> str:
+        """What the terminal shows (`escapes`: with its colours and styles as escape codes)."""
+        return self._tmux("capture-pane", "-p", *(["-e"] if escapes else []), "-t", "t")
 
     def title(self) -> str:
         """The pane's title, as the program in it may set it (OSC 0 or 2)."""
@@ -85,6 +89,8 @@ def test_the_live_view_shows_the_question_and_takes_the_answer(
 
     final = terminal.shows("EXIT=0")
     assert "completed" in final
+    # The frame before the answer and the question are gone: one frame, then the summary.
+    assert final.count("TASK ") == 1 and "Answer (" not in final, final
     (run_id,) = home.run_ids()
     store = store_of(home, run_id)
     assert store.state().run.status is RunStatus.COMPLETED
@@ -174,3 +180,53 @@ def test_the_live_view_shows_what_a_worker_said_last(tmp_path: Path) -> None:
 
     assert last_line(log) == "progress: 3 of 5"
     assert last_line(tmp_path / "missing.log") == ""
+
+
+@NO_TMUX
+def test_the_hints_wrap_between_pieces_never_inside_one(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "plan", "prompt": "ask:need_input:Which database? ; read"}])
+    crew = f"{shlex.quote(sys.executable)} -m crew run crew.toml"
+    term = Terminal(f"crew-narrow-{os.getpid()}", crew, tmp_path, width=45)
+    try:
+        screen = term.shows("(1 waiting)")
+        lines = [line.strip() for line in screen.splitlines()]
+        assert "⏎ answer plan's question (1 waiting)" in lines, screen
+        assert "Ctrl-C stop" in lines, screen
+    finally:
+        term.close()
+
+
+@NO_TMUX
+def test_after_ctrl_c_each_command_is_on_a_line_of_its_own(terminal: Terminal, home: Home) -> None:
+    terminal.shows("⏎ answer plan's question")
+
+    terminal.keys("C-c")
+
+    lines = terminal.shows("EXIT=130").splitlines()
+    (run_id,) = home.run_ids()
+    assert f"crew: stopped leading run {run_id}" in lines
+    assert f"crew: continue it with `crew resume {run_id}`" in lines
+    assert f"crew: end it with `crew cancel {run_id}`" in lines
+
+
+@NO_TMUX
+def test_an_answer_in_a_narrow_terminal_leaves_no_old_frame_behind(
+    tmp_path: Path, home: Home
+) -> None:
+    question = "Which database should the service use in production, and why that one?"
+    write_crew(tmp_path, [{"id": "plan", "prompt": f"ask:need_input:{question} ; read ; exit:0"}])
+    crew = f"echo BEFORE THE VIEW; {shlex.quote(sys.executable)} -m crew run crew.toml"
+    term = Terminal(f"crew-answer-{os.getpid()}", crew, tmp_path, width=45, height=80)
+    try:
+        term.shows("(1 waiting)")
+        term.keys("Enter")
+        term.shows("Answer (your answer")
+        term.keys("Postgres, because we already run it everywhere else", "Enter")
+        final = term.shows("EXIT=0")
+    finally:
+        term.close()
+    above, frame = final.split("TASK ")
+    assert "Answer (" not in final and "TASK " not in frame, final  # one frame: the last
+    # What the terminal showed before the view is still there; nothing of the answer is.
+    assert above.splitlines()[0] == "BEFORE THE VIEW", final
+    assert "asks (need_input)" not in above, final

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "wait": ("crew.cli.lead", "wait"),
     "logs": ("crew.cli.lead", "logs"),
     "runs": ("crew.cli.inspect", "runs"),
-    "ps": ("crew.cli.inspect", "ps"),
+    "ps": ("crew.cli.inspect", "runs"),
     "status": ("crew.cli.inspect", "status"),
     "mailbox": ("crew.cli.inspect", "mailbox"),
     "events": ("crew.cli.inspect", "events"),
@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prune": ("crew.cli.admin", "prune"),
     "rm": ("crew.cli.admin", "rm"),
 }
+#: Commands that are another's under a second name: the same function, options and output.
+ALIASES = {"ps": "runs"}
 
 
 def _version(value: bool) -> None:
@@ -74,7 +76,17 @@ def build_app(only: str | None = None) -> typer.Typer:
     app.callback()(_root)
     for name, (module, function) in COMMANDS.items():
         if only is None or name == only:
-            app.command(name)(getattr(importlib.import_module(module), function))
+            command = getattr(importlib.import_module(module), function)
+            alias_of = ALIASES.get(name)
+            if alias_of is None:
+                app.command(name)(command)
+            else:
+                summary = (command.__doc__ or "").strip().splitlines()[0].rstrip(".")
+                app.command(
+                    name,
+                    help=f"{summary} (an alias of `crew {alias_of}`).",
+                    short_help=f"The same as `crew {alias_of}`.",
+                )(command)
     return app
 
 

@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, JsonOption, home_from
+from crew.cli.common import (
+    HomeOption,
+    JqOption,
+    JsonOption,
+    QuietOption,
+    complete_run,
+    home_from,
+)
 
 
 def init(
@@ -20,6 +27,8 @@ def init(
         ),
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
 ) -> int:
     """Create a crew home with a commented crew.toml and a private state folder."""
     from crew.render import emit
@@ -60,13 +69,18 @@ def doctor(
     run: Annotated[
         str | None,
         typer.Argument(
-            help="Check only this run (default: every run).", metavar="RUN", show_default=False
+            help="Check only this run (default: every run).",
+            metavar="RUN",
+            show_default=False,
+            autocompletion=complete_run,
         ),
     ] = None,
     repair: Annotated[
         bool, typer.Option("--repair", help="Fix what can be fixed; nothing is ever deleted.")
     ] = False,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Find corrupt lines, torn tails, damaged snapshots and stale leaders (exit 1 if any)."""
@@ -89,6 +103,7 @@ def schema(
     json: Annotated[
         bool, typer.Option("--json", help="Accepted for uniformity: a schema is always JSON.")
     ] = False,
+    jq: JqOption = None,
 ) -> int:
     """Print the JSON Schema of a file format, generated from the models."""
     from crew.render import emit

@@ -8,15 +8,21 @@ from typing import Annotated
 import typer
 
 from crew.cli.common import (
+    ColorOption,
     HomeOption,
+    JqOption,
     JsonOption,
+    QuietOption,
     RunArgument,
     SessionOption,
+    TaskOption,
     actor_for,
     check_session_option,
+    complete_task,
     home_from,
     open_run,
 )
+from crew.output import Color
 from crew.registry import Box, MessageStatus, RunStatus
 
 
@@ -25,29 +31,23 @@ def runs(
         RunStatus | None, typer.Option("--status", help="Only runs with this status.")
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
-    """List runs, newest first."""
+    """List runs, newest first (-q: only their ids)."""
     from crew.render import emit
     from crew.views import list_runs
 
     return emit(list_runs(home_from(home), status=status), json=json)
 
 
-def ps(
-    status: Annotated[
-        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
-    ] = None,
-    json: JsonOption = False,
-    home: HomeOption = None,
-) -> int:
-    """List runs, newest first (an alias of `crew runs`)."""
-    return runs(status=status, json=json, home=home)
-
-
 def status(
     run: RunArgument = "latest",
     json: JsonOption = False,
+    jq: JqOption = None,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Show a run: its tasks, open questions, pending messages and warnings."""
@@ -59,14 +59,14 @@ def status(
 
 def mailbox(
     run: RunArgument,
-    task: Annotated[
-        str | None, typer.Option("--task", help="Only this task.", metavar="TASK")
-    ] = None,
+    task: TaskOption = None,
     box: Annotated[Box | None, typer.Option("--box", help="Only this mailbox file.")] = None,
     status: Annotated[
         MessageStatus | None, typer.Option("--status", help="Only messages in this status.")
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Show the mailbox as a timeline per task: each message and what became of it."""
@@ -92,9 +92,16 @@ def events(
         ),
     ] = None,
     task: Annotated[
-        str | None, typer.Option("--task", help="Only events of this task.", metavar="TASK")
+        str | None,
+        typer.Option(
+            "--task",
+            help="Only events of this task.",
+            metavar="TASK",
+            autocompletion=complete_task,
+        ),
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> None:
     """Print the event log (JSON lines with --json)."""
@@ -120,21 +127,29 @@ def watch(
     no_input: Annotated[
         bool, typer.Option("--no-input", help="Only show; never offer to answer questions.")
     ] = False,
+    color: ColorOption = Color.AUTO,
     session: SessionOption = None,
     home: HomeOption = None,
-) -> None:
+) -> int:
     """Show a run live — tasks, open questions, pending messages, the last events — redrawn
-    as its files change; Enter answers a waiting task, q leaves."""
-    from crew.dashboard import Dashboard
-    from crew.errors import UsageError
+    as its files change; Enter answers a waiting task, q leaves. Without a terminal, each change
+    prints the view again as text. Exit 0, or when the run ends, its outcome: 1 failed or
+    cancelled."""
+    from crew.dashboard import Dashboard, View
+    from crew.output import console
+    from crew.results.leading import outcome_code
 
-    if not sys.stdout.isatty():
-        raise UsageError(
-            "crew watch needs a terminal.",
-            hint="For a stream, use `crew events RUN --follow` (add --json for JSON lines).",
-        )
     check_session_option(session)
     store = open_run(run, home)
     who = actor_for(session, store.paths.home)
-    dashboard = Dashboard(store, session=who, interactive=not no_input, watching=True)
-    dashboard.run(done=lambda view: view.state.run.status.terminal, quit_key=True)
+
+    def ended(view: View) -> bool:
+        return view.state.run.status.terminal
+
+    if sys.stdout.isatty():
+        dashboard = Dashboard(store, session=who, interactive=not no_input, watching=True)
+        last = dashboard.run(done=ended, quit_key=True)
+    else:
+        dashboard = Dashboard(store, session=who, interactive=False, watching=True, plain=True)
+        last = dashboard.frames(done=ended, console=console())
+    return int(outcome_code(last.state.run.status)) if last and ended(last) else 0

@@ -9,16 +9,23 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from crew.cli.common import (
+    ColorOption,
     ForceOption,
     HomeOption,
+    JqOption,
     JsonOption,
+    QuietOption,
     RunArgument,
     SessionOption,
+    TaskOption,
     actor_for,
     check_session_option,
+    complete_task,
     duration,
+    json_or_jq,
     open_run,
 )
+from crew.output import Color
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,6 +77,9 @@ def run(
     no_input: NoInputOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Start a run of a crew and lead it (exit 0 when every task completed, 1 otherwise)."""
@@ -93,6 +103,9 @@ def resume(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
     """Lead an interrupted run again: unfinished tasks restart as new attempts."""
@@ -218,9 +231,7 @@ def wait(
             metavar="started|waiting|done",
         ),
     ] = "done",
-    task: Annotated[
-        str | None, typer.Option("--task", help="Only this task.", metavar="TASK")
-    ] = None,
+    task: TaskOption = None,
     timeout: Annotated[
         str | None,
         typer.Option(
@@ -231,6 +242,8 @@ def wait(
         ),
     ] = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Block until a task starts or waits for an answer, or the run ends (for CI scripts)."""
@@ -254,7 +267,10 @@ def wait(
 TasksArgument = Annotated[
     list[str] | None,
     typer.Argument(
-        help="The tasks (default: every task of the run).", metavar="TASK", show_default=False
+        help="The tasks (default: every task of the run).",
+        metavar="TASK",
+        show_default=False,
+        autocompletion=complete_task,
     ),
 ]
 FollowOption = Annotated[
@@ -296,6 +312,7 @@ LogsJsonOption = Annotated[
         "--json",
         help='JSON lines, one per line of output: {"task": id, "time": when it was received '
         '(ISO 8601 UTC), "line": its text without the newline (UTF-8; other bytes replaced)}.',
+        callback=json_or_jq,
     ),
 ]
 RawOption = Annotated[
@@ -317,6 +334,8 @@ def logs(
     timestamps: TimestampsOption = False,
     json: LogsJsonOption = False,
     raw: RawOption = False,
+    color: ColorOption = Color.AUTO,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> None:
     """Print workers' output (stdout and stderr, as received; made safe on a terminal).
@@ -335,14 +354,15 @@ def logs(
     if len(named) == 1 and lines is None and since_us is None and not (timestamps or json):
         show_output(follow_log(store, named[0], follow=follow), raw=raw, flush=follow)
         return
-    terminal = sys.stdout.isatty()
+    from crew.output import SETTINGS, colored
+
     style = LineStyle(
         tuple(shown),
         prefixed=len(named) != 1,
         timestamps=timestamps,
         json=json,
-        raw=raw or not terminal,
-        colour=terminal and not json and _colours(),
+        raw=raw or not (sys.stdout.isatty() or SETTINGS.color is Color.ALWAYS),
+        colour=not json and colored(),
     )
     batches = follow_lines(
         store, shown, every_task=not named, follow=follow, tail=lines, since_us=since_us
@@ -383,11 +403,3 @@ def _since(text: str | None) -> int | None:
             ) from None
         moment = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return int(moment * 1_000_000)
-
-
-def _colours() -> bool:
-    """Whether stdout shows colours, as every table of crew decides it (NO_COLOR, TERM=dumb)."""
-    from crew.render import console
-
-    shown = console()
-    return shown.is_terminal and shown.color_system is not None and not shown.no_color

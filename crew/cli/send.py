@@ -13,11 +13,15 @@ import typer
 from crew.cli.common import (
     ForceOption,
     HomeOption,
+    JqOption,
     JsonOption,
+    QuietOption,
     RunArgument,
     SessionOption,
+    TaskArgument,
     actor_for,
     check_session_option,
+    complete_task,
     duration,
     open_run,
 )
@@ -25,9 +29,6 @@ from crew.cli.common import (
 if TYPE_CHECKING:
     from crew.results.sending import Sent
 
-TaskArgument = Annotated[
-    str, typer.Argument(help="The task id.", metavar="TASK", show_default=False)
-]
 BodyArgument = Annotated[
     str,
     typer.Argument(
@@ -80,6 +81,8 @@ def respond(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Answer a task that is waiting on a question (the task runs again)."""
@@ -100,6 +103,8 @@ def steer(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Redirect a running or waiting task (delivered ahead of everything but answers)."""
@@ -120,6 +125,8 @@ def follow_up(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Queue more work for a task (delivered when it is running and not waiting on a question)."""
@@ -148,6 +155,8 @@ def nudge(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Ask a running or waiting task for a status report."""
@@ -165,6 +174,7 @@ def cancel(
             help="Cancel only this task (default: the whole run).",
             metavar="TASK",
             show_default=False,
+            autocompletion=complete_task,
         ),
     ] = None,
     grace: Annotated[
@@ -178,6 +188,8 @@ def cancel(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Cancel a task or the whole run: reject what was pending, stop the workers."""
@@ -203,6 +215,8 @@ def handoff(
     force: ForceOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
     home: HomeOption = None,
 ) -> int:
     """Give ownership of a run to another session."""

@@ -39,13 +39,19 @@ class Spec:
         self.slow = slow
 
 
-_SEND_SLOW = frozenset({"--idempotency-key", "--wait", "--wait-ack", "--timeout", "--force"})
-_SEND_FLAGS = frozenset({"--json"})
+_SEND_SLOW = frozenset(
+    {"--idempotency-key", "--wait", "--wait-ack", "--timeout", "--force", "--jq"}
+)
+_SEND_FLAGS = frozenset({"--json", "--quiet", "-q"})
 _SEND_VALUES = frozenset({"--home", "--session"})
 
 SPECS: dict[str, Spec] = {
     "status": Spec(
-        (), optional=("run",), flags=frozenset({"--json"}), values=frozenset({"--home"})
+        (),
+        optional=("run",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home"}),
+        slow=frozenset({"--jq", "--color"}),
     ),
     "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
     "follow-up": Spec(
@@ -68,20 +74,22 @@ SPECS: dict[str, Spec] = {
         ("run", "task"),
         flags=frozenset({"--raw"}),
         values=frozenset({"--home"}),
-        slow=frozenset({"--follow", "-f", "--tail", "--since", "--timestamps", "--json"}),
+        slow=frozenset(
+            {"--follow", "-f", "--tail", "--since", "--timestamps", "--json", "--jq", "--color"}
+        ),
     ),
     "events": Spec(
         ("run",),
         flags=frozenset({"--json"}),
         values=frozenset({"--home", "--task"}),
-        slow=frozenset({"--follow", "-f", "--type"}),
+        slow=frozenset({"--follow", "-f", "--type", "--jq"}),
     ),
-    "schema": Spec((), optional=("name",), flags=frozenset({"--json"})),
+    "schema": Spec((), optional=("name",), flags=frozenset({"--json"}), slow=frozenset({"--jq"})),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),
         values=frozenset({"--home", "--for", "--task"}),
-        slow=frozenset({"--timeout"}),
+        slow=frozenset({"--timeout", "--jq", "--quiet", "-q"}),
     ),
 }
 #: Options every command has, which the fast path leaves to the full command.

@@ -48,9 +48,9 @@ def _show(read: Callable[[int], bytes], *, raw: bool) -> None:
         while chunk := read(_CHUNK):
             out.write(chunk)
         return
-    from crew.text import TerminalStream  # the standard library only
+    from crew.text import TerminalStream, colors_wanted  # the standard library only
 
-    stream = TerminalStream()
+    stream = TerminalStream(colors=colors_wanted())
     try:
         while chunk := read(_CHUNK):
             sys.stdout.write(stream.feed(chunk))

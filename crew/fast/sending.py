@@ -254,6 +254,8 @@ def _print(
             }
         )
         return
+    if "--quiet" in call.options or "-q" in call.options:
+        return  # crew/render.py `emit`: no text view, and a `Sent` keeps nothing of it
     out(f"Sent {verb.noun} {message['id']} to {message['taskId']} in run {run_id}.")
     if lease.state != people.ALIVE:
         out(

@@ -32,14 +32,25 @@ def wait(call: Call) -> int:
     matching = _matching(until, run, tasks, task_id)
     if not matching:
         raise Fallback  # not yet (the full command waits), or never (it says why)
+    code = _exit_code(until, run, matching, task_id)
     if "--json" in call.options:
         print_json({"runId": files.run_id, "for": until, "tasks": matching})
-        return 0
+        return code
     for task in matching:
         if task.get("contact") is not None and task["status"] not in TERMINAL_TASK_STATUSES:
             raise Fallback  # the question's line is crew/render.py's
         out(f"{task['id']} {task['status']}")
-    return 0
+    return code
+
+
+def _exit_code(
+    until: str, run: dict[str, Any], matching: list[dict[str, Any]], task_id: str | None
+) -> int:
+    """crew/results/leading.py `Waited.exit_code`: the run's (or task's) outcome once it ended."""
+    if until != "done":
+        return 0
+    ended = matching[0]["status"] if task_id is not None else run["status"]
+    return 0 if ended == "completed" else 1
 
 
 def _matching(

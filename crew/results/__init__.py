@@ -38,6 +38,11 @@ class Result:
         """Printed on stderr as `crew: …`: what was done beyond the result itself."""
         return []
 
+    def quiet_lines(self) -> list[str]:
+        """What --quiet keeps of the text view: ids a script needs, one a line (none by
+        default: the exit code says it all)."""
+        return []
+
     def failure(self) -> CrewError | None:
         """What went wrong after the result was made (printed as `crew: error: …` last)."""
         return None

@@ -7,9 +7,15 @@ from typing import Any
 
 from crew.errors import ExitCode
 from crew.models import Task
-from crew.registry import RunStatus
+from crew.registry import RunStatus, TaskStatus
 from crew.results import Result
 from crew.text import format_counts
+
+
+def outcome_code(status: RunStatus | TaskStatus) -> ExitCode:
+    """The exit code of a command that returns because a run (or a task) ended, as `crew run`'s:
+    0 when it completed, 1 when it failed or was cancelled."""
+    return ExitCode.OK if status in (RunStatus.COMPLETED, TaskStatus.COMPLETED) else ExitCode.FAILED
 
 
 @dataclass
@@ -19,6 +25,12 @@ class Waited(Result):
     run_id: str
     until: str
     tasks: list[Task]
+    #: With `--for done`: how the run (or the task waited for) ended, which sets the exit code.
+    ended: RunStatus | TaskStatus | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ended is None else int(outcome_code(self.ended))
 
     def to_json(self) -> dict[str, Any]:
         return {"runId": self.run_id, "for": self.until, "tasks": [t.to_dict() for t in self.tasks]}
@@ -30,6 +42,9 @@ class Detached(Result):
 
     run_id: str
     pid: int
+
+    def quiet_lines(self) -> list[str]:
+        return [self.run_id]
 
     def to_json(self) -> dict[str, Any]:
         return {"runId": self.run_id, "pid": self.pid}
@@ -66,9 +81,11 @@ class Led(Result):
     def notes(self) -> list[str]:
         run = self.run_id
         if self.code is ExitCode.INTERRUPTED:
+            # One command a line: a narrow terminal wraps a line, never a command in two.
             return [
-                f"stopped leading run {run}; `crew resume {run}` continues it, "
-                f"`crew cancel {run}` ends it"
+                f"stopped leading run {run}",
+                f"continue it with `crew resume {run}`",
+                f"end it with `crew cancel {run}`",
             ]
         if self.code is ExitCode.REFUSED:
             return [f"another leader took over run {run}; this one stopped without writing"]

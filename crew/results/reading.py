@@ -38,6 +38,9 @@ class RunList(Result):
 
     runs: list[RunSummary]
 
+    def quiet_lines(self) -> list[str]:
+        return [summary.run_id for summary in self.runs]  # as `docker ps -q`
+
     def to_json(self) -> list[dict[str, Any]]:
         return [summary.to_json() for summary in self.runs]
 
@@ -61,7 +64,7 @@ class StatusReport(Result):
 
     @property
     def open_contacts(self) -> list[Task]:
-        return [t for t in self.tasks if t.contact is not None and t.contact.answered_at is None]
+        return [t for t in self.tasks if t.open_question is not None]
 
     @property
     def usage(self) -> Usage | None:

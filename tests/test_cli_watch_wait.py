@@ -1,0 +1,174 @@
+"""`crew wait` and `crew watch` end with the run's outcome, as `crew run` does; `crew watch`
+without a terminal prints the view as text each time it changes; an ended task's question is
+nobody's to answer, so no view offers it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import SESSION, CliResult
+from leaders import eventually, store_of, write_crew
+from test_verbs import ask
+
+from crew import verbs
+from crew.domain import change, runs, tasks
+from crew.paths import Home
+from crew.registry import RunStatus, TaskStatus
+from crew.store.runstore import RunStore
+
+Cli = Callable[..., CliResult]
+MakeRun = Callable[..., RunStore]
+
+
+def crew(*args: str, fast: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """The installed `crew` command, with or without its fast path."""
+    env = {**os.environ, "CREW_FAST": "1" if fast else "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "crew", *args], capture_output=True, text=True, env=env,
+        check=False, **kwargs,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def end(store: RunStore, **statuses: TaskStatus) -> None:
+    """Each task ran and ended as given; the run ended as a leader would end it."""
+    with change(store) as txn:
+        for task_id, status in statuses.items():
+            tasks.transition(txn, task_id, TaskStatus.RUNNING, attempt=1, started_at=txn.at)
+            tasks.transition(txn, task_id, status, ended_at=txn.at)
+        everything = all(s is TaskStatus.COMPLETED for s in statuses.values())
+        runs.end(txn, RunStatus.COMPLETED if everything else RunStatus.FAILED)
+
+
+# ----------------------------------------------------------------------------- wait
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize(
+    ("plan", "build", "args", "code"),
+    [
+        (TaskStatus.COMPLETED, TaskStatus.COMPLETED, (), 0),
+        (TaskStatus.COMPLETED, TaskStatus.FAILED, (), 1),
+        (TaskStatus.COMPLETED, TaskStatus.FAILED, ("--task", "plan"), 0),
+        (TaskStatus.COMPLETED, TaskStatus.FAILED, ("--task", "build"), 1),
+        (TaskStatus.COMPLETED, TaskStatus.FAILED, ("--for", "started"), 0),
+        (TaskStatus.COMPLETED, TaskStatus.FAILED, ("--json",), 1),
+    ],
+)
+def test_wait_for_the_end_exits_with_the_outcome(
+    make_run: MakeRun,
+    fast: bool,
+    plan: TaskStatus,
+    build: TaskStatus,
+    args: tuple[str, ...],
+    code: int,
+) -> None:
+    store = make_run()
+    end(store, plan=plan, build=build)
+
+    waited = crew("wait", store.run_id, *args, fast=fast)
+
+    assert (waited.returncode, waited.stderr) == (code, "")
+    if "--json" not in args:
+        expected = [f"{t} {s}" for t, s in (("plan", plan), ("build", build))]
+        if "--task" in args:
+            expected = [line for line in expected if line.startswith(args[1])]
+        assert waited.stdout.splitlines() == expected
+
+
+def test_wait_for_a_cancelled_run_exits_1_and_shows_no_question(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run()
+    ask(store, "plan")
+    verbs.cancel(store, session=SESSION)
+
+    waited = cli("wait", store.run_id)
+    task_only = cli("wait", store.run_id, "--task", "plan")
+
+    assert waited == CliResult(1, "plan cancelled\nbuild cancelled\n", "")
+    assert task_only == CliResult(1, "plan cancelled\n", "")
+
+
+def test_a_cancelled_tasks_question_is_not_waiting_for_an_answer(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    store = make_run()
+    ask(store, "plan")
+    assert "Waiting for an answer:" in cli("status", store.run_id).out
+
+    verbs.cancel(store, "plan", session=SESSION)
+    shown = cli("status", store.run_id)
+
+    assert store.state().tasks["plan"].contact is not None  # still on record
+    assert shown.code == 0
+    assert "Which database?" not in shown.out
+    assert "Waiting for an answer:" not in shown.out
+
+
+# ----------------------------------------------------------------------------- watch
+
+
+def test_watch_without_a_terminal_prints_the_view_of_an_ended_run_and_its_outcome(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    end(store, plan=TaskStatus.COMPLETED, build=TaskStatus.FAILED)
+
+    watched = crew("watch", store.run_id)
+
+    assert (watched.returncode, watched.stderr) == (1, "")
+    lines = watched.stdout.splitlines()
+    assert lines[0] == f"Run {store.run_id} · crew test · failed · 1 completed, 1 failed"
+    assert lines[1].split() == ["TASK", "STATUS", "TRY", "SINCE", "PENDING", "NOW"]
+    assert [line.split()[:2] for line in lines[2:4]] == [
+        ["plan", "completed"],
+        ["build", "failed"],
+    ]
+    assert "\x1b" not in watched.stdout
+    assert "q leave" not in watched.stdout
+    colored = crew("watch", store.run_id, "--color", "always")
+    assert colored.returncode == 1 and "\x1b[" in colored.stdout
+
+
+def test_watch_of_a_completed_run_exits_0(make_run: MakeRun) -> None:
+    store = make_run()
+    end(store, plan=TaskStatus.COMPLETED, build=TaskStatus.COMPLETED)
+
+    watched = crew("watch", store.run_id)
+
+    assert watched.returncode == 0
+    assert watched.stdout.startswith(f"Run {store.run_id} · crew test · completed")
+
+
+def test_watch_piped_prints_a_frame_for_each_change_until_the_run_ends(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(tmp_path, [{"id": "ask", "prompt": "ask:need_input:Ship it? ; read ; exit:3"}])
+    started = crew("run", "crew.toml", "--detach", cwd=tmp_path)
+    run_id = started.stdout.strip()
+    store = store_of(home, run_id)
+    eventually(lambda: store.state().tasks["ask"].status is TaskStatus.WAITING)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "crew", "watch", run_id, "--no-input"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert watch.stdout is not None
+    first = watch.stdout.readline()  # the first frame is printed before anything changes
+    assert first.startswith(f"Run {run_id} · crew test · running")
+
+    verbs.respond(store, "ask", "no", session=SESSION)
+    out = watch.stdout.read()  # until it exits (communicate() would lose what readline read)
+    err = watch.communicate(timeout=30)[1]
+
+    assert (watch.returncode, err) == (1, "")  # the worker exits 3: the run failed
+    frames = re.split(rf"\n\n(?=Run {run_id} · )", first + out)
+    assert len(frames) >= 2
+    assert "? Ship it?" in frames[0]
+    assert frames[-1].startswith(f"Run {run_id} · crew test · failed · 1 failed")
+    assert len(set(frames)) == len(frames)  # a frame only when something changed
