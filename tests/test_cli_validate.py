@@ -233,7 +233,7 @@ def test_every_placeholder_checked_is_filled_in_for_a_worker(
         "Write a plan",
         "plan",
         state.run.run_id,
-        state.run.crew_dir,
+        str(store.paths.home.crew_dir(state.run.crew_dir)),  # absolute for the worker
         sys.executable,
         "{ x }",
     ]
