@@ -11,18 +11,15 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION
+from test_run_state import steer
 
-from crew import ids
 from crew.domain import change, mailbox, tasks
 from crew.models import MailboxMessage
 from crew.paths import Home
 from crew.registry import (
     Box,
-    Direction,
     EventType,
-    MessageKind,
     MessageStatus,
-    Priority,
     TaskStatus,
 )
 from crew.store import jsonl, mailfile
@@ -35,26 +32,11 @@ OLD_RUN = "20261130-223222-0a1f"
 BODY = "a steer whose body must be written once: " + "x" * 4000
 
 
-def _steer(task: str, body: str, at: str) -> MailboxMessage:
-    return MailboxMessage(
-        id=ids.new_message_id(),
-        direction=Direction.INBOX,
-        kind=MessageKind.STEER,
-        from_="leader",
-        to=task,
-        task_id=task,
-        body=body,
-        status=MessageStatus.PENDING,
-        priority=Priority.HIGH,
-        sent_at=at,
-    )
-
-
 def _through_its_life(store: RunStore) -> MailboxMessage:
     """A steer sent, delivered, acknowledged (each in a transaction of its own)."""
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
-        sent = mailbox.post(txn, _steer("plan", BODY, txn.at), EventType.AGENT_STEERED)
+        sent = mailbox.post(txn, steer(store, "plan", BODY, txn.at), EventType.AGENT_STEERED)
     with change(store) as txn:
         mailbox.deliver(txn, [sent], attempt=1)
     with change(store) as txn:
@@ -121,7 +103,7 @@ def test_a_change_line_lost_after_its_event_is_rewritten_as_a_change(
     store = make_run()
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
-        sent = mailbox.post(txn, _steer("plan", BODY, txn.at), EventType.AGENT_STEERED)
+        sent = mailbox.post(txn, steer(store, "plan", BODY, txn.at), EventType.AGENT_STEERED)
     real_append = jsonl.append
     calls = {"n": 0}
 
