@@ -853,9 +853,11 @@ def test_run_json_streams_every_event_then_one_summary_line(tmp_path: Path, home
     assert events == store.paths.events.read_text().splitlines()
     assert json.loads(events[0])["type"] == "run.created"
     assert json.loads(events[-1])["type"] == "run.ended"
-    # The text view's summary line, printed on stderr in both modes: status and counts.
+    # The text view's summary, printed on stderr in both modes: status and counts, and for a
+    # failed run how to run again what failed.
     assert result.stderr == (
         f"crew: run {store.run_id} {summary['status']}: {format_counts(summary['tasks'])}\n"
+        f"crew: run what did not complete again with `crew rerun {store.run_id} --failed`\n"
     )
 
     shown = _crew("run", "crew.toml", "--no-input", cwd=tmp_path)

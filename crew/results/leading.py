@@ -89,7 +89,10 @@ class Led(Result):
             ]
         if self.code is ExitCode.REFUSED:
             return [f"another leader took over run {run}; this one stopped without writing"]
-        return [f"run {run} {self.status}: {format_counts(self.tasks)}"]
+        ended = [f"run {run} {self.status}: {format_counts(self.tasks)}"]
+        if self.status in {RunStatus.FAILED, RunStatus.CANCELLED}:
+            ended.append(f"run what did not complete again with `crew rerun {run} --failed`")
+        return ended
 
     def to_json(self) -> dict[str, Any]:
         return {
