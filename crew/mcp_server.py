@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from crew import __version__, ids, verbs
 from crew.errors import CrewError, ExitCode, UsageError, error_for, from_os_error
@@ -57,6 +57,23 @@ Force = Annotated[bool, Field(description="Act on a run owned by another session
 READING = ("runs", "status", "mailbox", "events", "wait")
 
 
+class CrewServer(MCPServer):
+    """The SDK's server, with arguments that fail a tool's schema reported as crew reports a
+    usage error: one sentence naming each wrong argument, and the exit code's name."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            cause = error.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            wrong = "; ".join(
+                f"{'.'.join(str(p) for p in each['loc'])}: {each['msg']}" for each in cause.errors()
+            )
+            return tool_error(UsageError(f"Invalid arguments for {name}: {wrong}."))
+
+
 @dataclass(frozen=True)
 class Crew:
     """What every tool call shares: the crew home, and who acts (the server's session)."""
@@ -75,7 +92,7 @@ def build_server(home: Home, *, session: str | None, read_only: bool) -> MCPServ
     """The MCP server of `crew mcp`: the reading tools, the acting ones unless `read_only`,
     and the run files as resources."""
     crew = Crew(home, current_actor(session, home=home.root), session)
-    server: MCPServer = MCPServer(
+    server = CrewServer(
         "crew",
         version=__version__,
         instructions="Lead crew runs: read their state, answer and steer their workers.",

@@ -196,8 +196,21 @@ def test_wrong_types_and_traversal_in_resources_are_refused(make_run: MakeRun, h
                 await mcp.read_resource("crew://runs/.x/events.jsonl")
             with pytest.raises(Exception, match="No mailbox 'secrets'"):
                 await mcp.read_resource(f"crew://runs/{store.run_id}/mailbox/secrets")
-        assert wrong.is_error and "task" in wrong.content[0].text  # type: ignore[union-attr]
-        assert too_long.is_error and "timeout" in too_long.content[0].text  # type: ignore[union-attr]
+        assert (wrong.is_error, wrong.structured_content) == (
+            True,
+            {
+                "error": "Invalid arguments for steer: task: Input should be a valid string; "
+                "body: Input should be a valid string.",
+                "hint": None,
+                "exitCode": "USAGE",
+            },
+        )
+        assert too_long.structured_content == {
+            "error": "Invalid arguments for wait: timeout: Input should be less than or equal "
+            "to 60.",
+            "hint": None,
+            "exitCode": "USAGE",
+        }
         shown = json.loads(manifest.contents[0].text)  # type: ignore[union-attr]
         assert shown["runId"] == store.run_id
         assert snapshot_files(home.root) == before
