@@ -46,6 +46,7 @@ RunRef = Annotated[
     Field(description="Run id, a unique prefix of one, or 'latest'.", max_length=64),
 ]
 TaskId = Annotated[str, Field(description="The task id.", max_length=64)]
+OnlyTask = Annotated[str | None, Field(description="Only this task.", max_length=64)]
 Body = Annotated[str, Field(description="The message (UTF-8 text, at most the run's limit).")]
 Key = Annotated[
     str | None,
@@ -111,7 +112,11 @@ def build_server(home: Home, *, session: str | None, read_only: bool) -> MCPServ
 def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
     """Every tool, by name: thin calls of the library, as the commands make them."""
 
-    def runs(status: RunStatus | None = None) -> Any:
+    def runs(
+        status: Annotated[
+            RunStatus | None, Field(description="Only runs with this status.")
+        ] = None,
+    ) -> Any:
         """List runs, newest first."""
         return list_runs(crew.home, status=status)
 
@@ -121,9 +126,11 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
 
     def mailbox(
         run: RunRef,
-        task: TaskId | None = None,
-        box: Box | None = None,
-        status: MessageStatus | None = None,
+        task: OnlyTask = None,
+        box: Annotated[Box | None, Field(description="Only this mailbox file.")] = None,
+        status: Annotated[
+            MessageStatus | None, Field(description="Only messages in this status.")
+        ] = None,
     ) -> Any:
         """The mailbox as a timeline per task: each message and what became of it."""
         if task is not None:
@@ -133,16 +140,26 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
     def events(
         run: RunRef,
         since: Annotated[int, Field(ge=0, description="Only events after this seq.")] = 0,
-        limit: Annotated[int, Field(ge=1, le=MAX_EVENTS)] = 100,
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_EVENTS, description="At most this many events.")
+        ] = 100,
     ) -> Any:
         """The run's events after the cursor `since` (a seq); `cursor` is the next one."""
         return _events(crew.open(run), since, limit)
 
     def wait(
         run: RunRef,
-        until: Until = Until.DONE,
-        task: TaskId | None = None,
-        timeout: Annotated[float, Field(gt=0, le=MAX_WAIT)] = 30.0,
+        until: Annotated[
+            Until,
+            Field(
+                description="started: some task (or `task`) has started; waiting: it waits for "
+                "an answer; done: the run (or `task`) has ended."
+            ),
+        ] = Until.DONE,
+        task: OnlyTask = None,
+        timeout: Annotated[
+            float, Field(gt=0, le=MAX_WAIT, description="Give up after this many seconds.")
+        ] = 30.0,
     ) -> Any:
         """Block until a task starts or waits for an answer, or the run (or task) ends;
         a TIMEOUT error after `timeout` seconds."""
@@ -189,7 +206,12 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
         run: RunRef,
         task: Annotated[str | None, Field(description="Default: the whole run.")] = None,
         force: Force = False,
-        grace: Annotated[float, Field(ge=0, le=MAX_WAIT)] = 5.0,
+        grace: Annotated[
+            float,
+            Field(
+                ge=0, le=MAX_WAIT, description="Seconds a worker gets between SIGTERM and SIGKILL."
+            ),
+        ] = 5.0,
     ) -> Any:
         """Cancel a task or the whole run: reject what was pending, stop the workers."""
         if task is not None:
@@ -201,7 +223,9 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
             str | None,
             Field(description="The crew definition, relative to the project (default: crew.toml)."),
         ] = None,
-        max_parallel: Annotated[int | None, Field(ge=1)] = None,
+        max_parallel: Annotated[
+            int | None, Field(ge=1, description="Run at most this many tasks at once.")
+        ] = None,
         timeout: Annotated[str | None, Field(description="e.g. 30m: cancel what is left.")] = None,
     ) -> Any:
         """Start a run of a crew, led from a background process (`crew run --detach`)."""
