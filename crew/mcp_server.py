@@ -250,7 +250,45 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
 
     found: list[Callable[..., Any]] = [runs, status, mailbox, events, wait, respond, steer]
     found += [follow_up, nudge, cancel, start_run]
+    adding = getattr(verbs, "add_task", None)  # the library call of `crew add`, once it exists
+    if adding is not None:
+        found.append(_add_task(crew, adding))
     return {tool.__name__: tool for tool in found}
+
+
+def _add_task(crew: Crew, adding: Callable[..., Any]) -> Callable[..., Any]:
+    """The `add_task` tool, over `crew.verbs.add_task`."""
+
+    def add_task(
+        run: RunRef,
+        agent: Annotated[str, Field(description="The agent of crew.toml to run it.")],
+        prompt: Annotated[str, Field(description="What the task is to do.")],
+        task_id: Annotated[
+            str | None, Field(description="Its id (default: one is made).", max_length=64)
+        ] = None,
+        depends_on: Annotated[
+            tuple[str, ...], Field(description="Tasks that must complete before it starts.")
+        ] = (),
+        title: Annotated[str | None, Field(description="A short title.")] = None,
+        idempotency_key: Key = None,
+        force: Force = False,
+    ) -> Any:
+        """Add a task to a live or leaderless run; the leader starts it when it is ready."""
+        if idempotency_key is not None:
+            ids.check_idempotency_key(idempotency_key, "idempotency_key")
+        return adding(
+            crew.open(run),
+            agent=agent,
+            prompt=prompt,
+            task_id=task_id,
+            depends_on=depends_on,
+            session=crew.actor,
+            force=force,
+            idempotency_key=idempotency_key,
+            title=title,
+        )
+
+    return add_task
 
 
 def _events(store: RunStore, since: int, limit: int) -> dict[str, Any]:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -230,3 +234,107 @@ def test_the_cli_and_mcp_see_the_same_status(make_run: MakeRun, cli: Callable[..
         assert served["tasks"][0]["status"] == TaskStatus.WAITING
 
     run(scenario)
+
+
+def test_add_task_is_a_tool_once_the_library_has_it(
+    monkeypatch: pytest.MonkeyPatch, make_run: MakeRun, home: Home
+) -> None:
+    from crew import verbs
+    from crew.mcp_server import build_server
+
+    store = make_run()
+    calls: list[dict[str, Any]] = []
+
+    def add_task(store: RunStore, **arguments: Any) -> dict[str, Any]:
+        calls.append({"runId": store.run_id, **arguments})
+        return {"taskId": arguments["task_id"]}
+
+    before = {
+        t.name for t in asyncio.run(build_server(home, session=None, read_only=False).list_tools())
+    }
+    monkeypatch.setattr(verbs, "add_task", add_task, raising=False)
+    server = build_server(home, session=None, read_only=False)
+    tools = {t.name: t for t in asyncio.run(server.list_tools())}
+    watching = {
+        t.name for t in asyncio.run(build_server(home, session=None, read_only=True).list_tools())
+    }
+    arguments = {
+        "run": "latest",
+        "agent": "coder",
+        "prompt": "p",
+        "task_id": "t9",
+        "depends_on": ["plan"],
+    }
+    result = asyncio.run(server.call_tool("add_task", arguments))
+
+    assert "add_task" not in before and "add_task" not in watching
+    assert tools["add_task"].input_schema["required"] == ["run", "agent", "prompt"]
+    assert json.loads(result.content[0].text) == {"taskId": "t9"}  # type: ignore[union-attr]
+    assert calls == [
+        {
+            "runId": store.run_id,
+            "agent": "coder",
+            "prompt": "p",
+            "task_id": "t9",
+            "depends_on": ("plan",),
+            "session": calls[0]["session"],
+            "force": False,
+            "idempotency_key": None,
+            "title": None,
+        }
+    ]
+    assert calls[0]["session"].name_in(store.run_id) == SESSION
+
+
+def test_a_remote_lead_reaches_the_same_tools_over_streamable_http(make_run: MakeRun) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    store = make_run()
+    ask(store)
+    with socket.socket() as probe:  # a free port, released for the server to take
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "crew", "mcp", "--http", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _until_listening(port, server)
+
+        async def scenario() -> None:
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as mcp,
+            ):
+                await mcp.initialize()
+                answer = await call(mcp, "respond", run=store.run_id, task="plan", body="yes")
+                error = await refused(mcp, "respond", run=store.run_id, task="plan", body="no")
+            assert answer["data"]["session"] == SESSION
+            assert error["exitCode"] == "REFUSED"
+
+        run(scenario)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+
+
+def _until_listening(port: int, server: subprocess.Popen[bytes]) -> None:
+    """Until the server accepts connections on `port` (it binds once its imports are done)."""
+    deadline = time.monotonic() + 60
+    while server.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"crew mcp --http never listened on {port} ({server.poll()=})")
+
+
+def test_http_takes_host_and_port(cli: Callable[..., Any]) -> None:
+    result = cli("mcp", "--http", "localhost")
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        "crew: error: --http: expected HOST:PORT such as 127.0.0.1:8765, got 'localhost'.\n"
+    )
