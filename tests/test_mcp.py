@@ -162,6 +162,7 @@ def test_a_replayed_idempotency_key_writes_nothing(make_run: MakeRun) -> None:
         ("steer", {"run": "latest", "task": "deploy", "body": "x"}, "NOT_FOUND", "Run {run} has no task 'deploy' (tasks: plan, build)."),
         ("steer", {"run": "latest", "task": "plan", "body": "x" * 70000}, "USAGE", "The message body is 70000 bytes; the limit is 65536 bytes."),
         ("steer", {"run": "latest", "task": "plan", "body": "x", "idempotency_key": "a\nb"}, "USAGE", "Invalid idempotency key 'a\\nb' (idempotency_key): expected one line of 1-256 printable characters, with no space at either end."),
+        ("start_run", {"crew_toml": "../elsewhere/crew.toml"}, "USAGE", "crew_toml '../elsewhere/crew.toml' is outside the project folder {project}."),
         ("respond", {"run": "latest", "task": "plan", "body": "x"}, "REFUSED", "Task plan is running: respond needs a task that is waiting for an answer (or flagged needs_review)."),
     ],
 )  # fmt: skip
@@ -175,7 +176,8 @@ def test_bad_input_is_a_tool_error_that_writes_nothing(
     async def scenario() -> None:
         async with client() as mcp:
             found = await refused(mcp, tool, **arguments)
-        expected = error.format(run=store.run_id, runs=home.runs_dir)
+        project = home.project_dir.resolve()
+        expected = error.format(run=store.run_id, runs=home.runs_dir, project=project)
         assert (found["error"], found["exitCode"]) == (expected, code)
         assert snapshot_files(home.root) == before
 
