@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import crew
-from bench import cli, delivery, history, leader_load, notify, oneshot, storage, store
+from bench import cli, delivery, history, leader_load, mcp, notify, oneshot, storage, store
 from bench.common import Row
 
 BENCHMARKS = {
@@ -23,6 +23,7 @@ BENCHMARKS = {
     "leader_load": leader_load.run,
     "cli": cli.run,
     "storage": storage.run,
+    "mcp": mcp.run,
 }
 RESULTS = Path(__file__).with_name("results.json")
 

@@ -288,8 +288,29 @@ DATA: dict[Path, Callable[[], str]] = {
 }
 
 
+def mcp_tools() -> str:
+    """Every tool of `crew mcp`, read from the server's own tool list: what it does, whether it
+    only reads, and its arguments (from the input schema the server publishes)."""
+    import asyncio
+
+    from crew.mcp_server import build_server
+    from crew.paths import Home
+
+    server = build_server(Home(DOCS / ".crew"), session="docs", read_only=False)
+    blocks = []
+    for tool in asyncio.run(server.list_tools()):
+        schema = tool.input_schema
+        reads = " (reads only)" if tool.annotations and tool.annotations.read_only_hint else ""
+        summary = " ".join((tool.description or "").split())
+        blocks.append(f"### `{tool.name}`{reads}\n\n{summary}\n")
+        if schema.get("properties"):
+            blocks.append("\n".join(_fields_table(schema, schema.get("$defs", {}))) + "\n")
+    return "\n".join(blocks).rstrip()
+
+
 #: page -> section name -> the section's text.
 SECTIONS: dict[str, dict[str, Callable[[], str]]] = {
+    "mcp.md": {"tools": mcp_tools},
     "exit-codes.md": {
         "exit codes": exit_code_table,
         "variables you set": partial(variable_table, Scope.USER),

@@ -56,6 +56,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.output",
         "crew.render_streams",
         "crew.dashboard",
+        "crew.mcp_server",
         "crew.cli",
         "crew.fast",
         "crew.docgen",

@@ -1,7 +1,7 @@
 """The benchmarks still run: they call into crew's library and its command, so a change there
 can break them without any other test noticing. The quick sizes of the library-level ones, and
 of delivery (the spawner, a live leader, a real `crew steer`) and of notify (a live leader
-running a `[[notify]]` command), are run here."""
+running a `[[notify]]` command) and mcp (a live `crew mcp`), are run here."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CREW_")}
     only = ["--only", "store", "--only", "history", "--only", "delivery", "--only", "notify"]
+    only += ["--only", "mcp"]
     output = ["--output", str(tmp_path / "results.json")]
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", *only, *output],
@@ -34,4 +35,5 @@ def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
     assert "`crew steer` started → worker read" in done.stdout
     assert "status vs history" in done.stdout
     assert "contact printed → `[[notify]]` command read it" in done.stdout
+    assert "crew mcp: steer" in done.stdout
     assert (tmp_path / "results.json").is_file()
