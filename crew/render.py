@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from crew import clock
+from crew import clock, textviews
 from crew.errors import CrewError
 from crew.output import SETTINGS, console, print_json
 from crew.registry import (
@@ -33,7 +33,7 @@ from crew.text import format_counts, short, terminal_safe
 
 if TYPE_CHECKING:
     from crew.config_checks import InvalidConfig
-    from crew.models import Task, Usage
+    from crew.models import Task
     from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
@@ -159,20 +159,13 @@ def _ago(timestamp: str | None) -> str:
 
 def attempts(task: Task) -> str:
     """Which attempt runs, and the failures that count against maxAttempts: `2 (1/2 failed)`."""
-    if task.failures == 0:
-        return str(task.attempt)
-    return f"{task.attempt} ({task.failures}/{task.max_attempts} failed)"
+    return textviews.attempts(task.attempt, task.failures, task.max_attempts)
 
 
 def question_line(task: Task) -> str:
     """A task's open question on one line: `prompt [a|b]`."""
     contact = task.open_question
-    if contact is None:
-        return ""
-    options = f" [{'|'.join(contact.options)}]" if contact.options else ""
-    own = " (or an answer of your own)" if contact.other else ""
-    secret = " (secret: answer with `crew respond RUN TASK -` on stdin)" if contact.secret else ""
-    return f"{contact.prompt}{options}{own}{secret}"
+    return "" if contact is None else textviews.question_line(contact.to_dict())
 
 
 # ----------------------------------------------------------------------------- sending
@@ -247,77 +240,10 @@ def _runs(result: RunList) -> None:
 
 
 def _status(report: StatusReport) -> None:
-    from rich.table import Table
+    from crew.output import colored
+    from crew.textviews import terminal_width, write_status
 
-    run = report.run
-    out = console()
-    lease = report.lease.leader
-    leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
-    rerun = f" · rerun of {run.rerun_of}" if run.rerun_of else ""
-    out.print(
-        f"[bold]Run {run.run_id}[/] · crew {markup_safe(run.crew)} · {styled(run.status)} · "
-        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{rerun}"
-        f"{leader}"
-    )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    total = report.usage
-    spent = ("SPENT",) if total is not None else ()
-    for column in ("TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", *spent, "NOTE"):
-        table.add_column(column)
-    for task in report.tasks:
-        pending = report.pending.get(task.id, {})
-        shown = ", ".join(f"{n} {box}" for box, n in pending.items() if n) or "-"
-        table.add_row(
-            task.id,
-            styled(task.status),
-            markup_safe(task.agent),
-            attempts(task),
-            _ago(task.since()),
-            shown,
-            *((_spent(task.usage),) if total is not None else ()),
-            markup_safe(_note(task)),
-        )
-    out.print(table)
-    if total is not None:
-        out.print(f"Spent in all: {markup_safe(total.summary())}")
-    if report.open_contacts:
-        out.print("\n[bold]Waiting for an answer:[/]")
-        for task in report.open_contacts:
-            contact = task.open_question
-            assert contact is not None
-            question = markup_safe(question_line(task))
-            out.print(f"  {task.id} ({contact.id}) {contact.type}: {question}")
-            out.print(f'    answer with: crew respond {run.run_id} {task.id} "…"', style="dim")
-    if report.run_warnings:
-        out.print("\n[bold]Warnings:[/]")
-        for warning in report.run_warnings:
-            out.print(f"  [yellow]![/] {markup_safe(warning)}")
-
-
-def _spent(usage: Usage | None) -> str:
-    """'12.3k tok $0.05' (a task's usage in a narrow column)."""
-    if usage is None:
-        return "-"
-    tokens = usage.tokens
-    shown = f"{tokens / 1000:.1f}k tok" if tokens >= 1000 else f"{tokens} tok"
-    cost = usage.cost_usd
-    if cost is None:
-        return shown
-    return f"{shown} ${cost:.2f}" if cost >= 0.01 or cost == 0 else f"{shown} ${cost:.4f}"
-
-
-def _note(task: Task) -> str:
-    if task.error:
-        return short(task.error, 60)
-    if task.result and task.status is TaskStatus.COMPLETED:  # the agent's final answer
-        return short(" ".join(task.result.split()), 60)
-    if task.status.terminal and task.exit_code is not None:
-        return f"exit {task.exit_code}"
-    if task.open_question is not None:
-        return short(f"? {task.open_question.prompt}", 60)
-    if task.depends_on and task.status is TaskStatus.QUEUED:
-        return "after " + ", ".join(task.depends_on)
-    return ""
+    write_status(report.to_json(), color=colored(), width=terminal_width())
 
 
 def _timeline(result: Timeline) -> None:
