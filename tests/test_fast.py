@@ -90,6 +90,76 @@ def _alive(store: RunStore, **changes: object) -> None:
 # ----------------------------------------------------------------------------- the same bytes
 
 
+def _status_scene(store: RunStore) -> None:
+    """A run with something in every column of the status view: a question with options,
+    pending steers, what the agents spent, a task waiting for another."""
+    from crew import verbs
+
+    ask(store, kind=ContactType.NEED_SELECTION, options=["pg", "sqlite"])
+    with change(store) as txn:
+        task = txn.task("plan")
+        spent = Usage(input_tokens=1200, output_tokens=5, cost_usd=0.001, turns=1)
+        txn.record(registry.EventType.AGENT_USAGE, task=task.model_copy(update={"usage": spent}))
+    for body in ("one", "two [bold]x[/]"):
+        verbs.steer(store, "plan", body, session=SESSION)
+    _alive(store)
+
+
+@pytest.mark.parametrize("color", [(), ("--color", "always"), ("--color", "never")])
+@pytest.mark.parametrize("ended", [False, True])
+def test_status_text_is_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    color: tuple[str, ...],
+    ended: bool,
+) -> None:
+    from crew import clock, verbs
+
+    monkeypatch.setattr(clock, "moment", lambda: clock.parse_timestamp(clock.now()))
+    store = make_run()
+    _status_scene(store)
+    if ended:
+        verbs.cancel(store, session=SESSION)
+    twins = Twins(store, tmp_path)
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)  # "created 2s ago" the same both ways
+
+    full, quick = twins.both(cli, capsys, "status", twins.run_id, *color)
+
+    assert full.code == quick.code == 0 and full.err == quick.err == ""
+    assert quick.out == full.out
+    assert ("\x1b[1mRun " in quick.out) == (color == ("--color", "always"))
+    assert ("Waiting for an answer:" in quick.out) != ended
+
+
+def test_status_text_on_a_narrow_terminal_cuts_the_note(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crew import clock
+    from crew.cli.common import run_app
+
+    store = make_run()
+    _status_scene(store)
+    monkeypatch.setenv("COLUMNS", "82")
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)
+    args = ["status", "latest", "--color", "never", "--home", str(store.paths.home.root)]
+    shown = []
+    for run in (fast.fast, lambda argv: run_app(build_app("status"), argv)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        assert run(args) == 0
+        shown.append(terminal.getvalue())
+    quick, full = shown
+
+    table = quick.splitlines()[1:4]
+    assert quick == full and {len(line) for line in table} == {82}, table
+    assert table[1].endswith("? Which da…") and table[2].endswith("after plan ")
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -473,7 +543,9 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "latest", "plan", "x", "y"),
         ("steer", "../../etc", "plan", "x"),
         ("steer", "1999", "plan", "x"),  # no run matches
-        ("status", "latest"),  # the tables are rich's
+        ("status", "latest"),  # no leader runs it: a warning to give
+        ("status", "latest", "--color", "rainbow"),
+        ("status", "latest", "--jq", ".run"),
         ("respond", "latest", "plan", "x"),  # it asked nothing
         ("cancel", "latest"),
         ("--version", "--help"),
@@ -596,10 +668,13 @@ def test_a_leader_that_warns_sends_status_to_the_full_command(make_run: MakeRun)
     start(store)
     _alive(store, watcher=registry.WatcherKind.POLL)
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
     _alive(store, pid=2**22 + 7)  # gone
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
     _alive(store, degraded="disk full")
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
 
 
 @pytest.mark.parametrize(
@@ -653,6 +728,14 @@ def test_every_command_the_fast_path_parses_has_its_runner() -> None:
 
 
 def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
+    from rich.color import ColorSystem
+    from rich.style import Style
+
+    from crew import render, textviews
+
+    for status_, style in render.STATUS_STYLE.items():
+        codes = Style.parse(style)._make_ansi_codes(ColorSystem.STANDARD)
+        assert textviews.STATUS_SGR[status_] == codes, status_
     assert tuple(b.value for b in Box) == runfiles.BOXES
     assert runfiles.RUN_ID_PATTERN == ids.RUN_ID_PATTERN
     assert runfiles.TASK_ID_PATTERN == ids.TASK_ID_PATTERN
@@ -718,7 +801,8 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     program = (
         "import sys; from crew.fast import fast; "
         f"codes = [fast(['steer', 'latest', 'plan', 'x', '--home', {str(store.paths.home.root)!r}]),"
-        f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}])]; "
+        f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['status', 'latest', '--color', 'always', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
         "sys.stderr.write(repr((codes, heavy)))"
@@ -726,7 +810,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    assert done.stderr == "([0, 0], [])"
+    assert done.stderr == "([0, 0, 0], [])"
 
 
 def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:

@@ -50,8 +50,8 @@ SPECS: dict[str, Spec] = {
         (),
         optional=("run",),
         flags=frozenset({"--json"}),
-        values=frozenset({"--home"}),
-        slow=frozenset({"--jq", "--color"}),
+        values=frozenset({"--home", "--color"}),
+        slow=frozenset({"--jq"}),
     ),
     "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
     "follow-up": Spec(
