@@ -29,7 +29,7 @@ from crew.registry import (
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import format_counts, short, terminal_safe
+from crew.text import short, terminal_safe
 
 if TYPE_CHECKING:
     from crew.config_checks import InvalidConfig
@@ -210,33 +210,9 @@ def _handed_off(result: HandedOff) -> None:
 
 
 def _runs(result: RunList) -> None:
-    from rich.table import Table
+    from crew.output import colored
 
-    if not result.runs:
-        _out("No runs yet. Start one with `crew run`.")
-        return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("RUN", "CREW", "STATUS", "TASKS", "CREATED", "OWNER"):
-        table.add_column(column)
-    for summary in result.runs:
-        run = summary.run
-        if run is None:
-            problem = markup_safe(summary.problem or "")
-            table.add_row(summary.run_id, "?", "[red]unreadable[/]", problem, "", "")
-            continue
-        table.add_row(
-            run.run_id,
-            markup_safe(run.crew),
-            styled(run.status),
-            format_counts(summary.counts),
-            _ago(run.created_at),
-            markup_safe(run.owner_session_id),
-        )
-    out = console()
-    out.print(table)
-    for summary in result.runs:
-        if summary.run is not None and summary.problem:
-            out.print(f"[yellow]![/] {summary.run_id}: {markup_safe(summary.problem)}")
+    textviews.write_runs(result.to_json(), color=colored(), width=textviews.terminal_width())
 
 
 def _status(report: StatusReport) -> None:

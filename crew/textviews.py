@@ -1,7 +1,9 @@
-"""The text view of `crew status`, drawn from its JSON document with the standard library alone.
+"""The text views of `crew status` and `crew runs`, drawn from their JSON documents with the
+standard library alone.
 
-The full command (crew/render.py) and the fast path (crew/fast/status.py) both print a status
-through `write_status`, from the document `crew status --json` prints, so there is one layout.
+The full command (crew/render.py) and the fast path (crew/fast/status.py, crew/fast/runs.py)
+both print them through `write_status` and `write_runs`, from the document `--json` prints, so
+there is one layout.
 It draws what rich's box-less tables drew: columns two spaces apart, each cell padded to its
 column's width (in terminal cells), a bold header row; styles are SGR codes, only when `color`
 is on (crew/output.py `colored` decides: `--color`, NO_COLOR, TERM=dumb, a terminal). A table
@@ -247,8 +249,47 @@ def status_lines(document: dict[str, Any], *, color: bool, width: int | None) ->
     return lines
 
 
+def runs_lines(runs: list[dict[str, Any]], *, color: bool, width: int | None) -> list[str]:
+    """`crew runs` for people, from the document `crew runs --json` prints."""
+    if not runs:
+        return ["No runs yet. Start one with `crew run`."]
+    safe = terminal_safe
+    rows = []
+    for run in runs:
+        if "status" not in run:  # unreadable: its id and why
+            problem = safe(run.get("problem") or "")
+            rows.append([(run["runId"], None), ("?", None), ("unreadable", RED), (problem, None)])
+            rows[-1] += [("", None), ("", None)]
+            continue
+        counts = ", ".join(f"{n} {status}" for status, n in run["tasks"].items())
+        rows.append(
+            [
+                (run["runId"], None),
+                (safe(run["crew"]), None),
+                (run["status"], STATUS_SGR.get(run["status"])),
+                (counts, None),
+                (ago(run.get("createdAt")), None),
+                (safe(run["ownerSessionId"]), None),
+            ]
+        )
+    header = ["RUN", "CREW", "STATUS", "TASKS", "CREATED", "OWNER"]
+    lines = table(header, rows, color=color, width=width)
+    for run in runs:
+        if "status" in run and run.get("problem"):
+            lines.append(f"{paint('!', YELLOW, color)} {run['runId']}: {safe(run['problem'])}")
+    return lines
+
+
+def write(lines: list[str]) -> None:
+    """Lines on stdout."""
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def write_runs(runs: list[dict[str, Any]], *, color: bool, width: int | None) -> None:
+    """Print `runs_lines` on stdout."""
+    write(runs_lines(runs, color=color, width=width))
+
+
 def write_status(document: dict[str, Any], *, color: bool, width: int | None) -> None:
     """Print `status_lines` on stdout."""
-    sys.stdout.write(
-        "".join(line + "\n" for line in status_lines(document, color=color, width=width))
-    )
+    write(status_lines(document, color=color, width=width))

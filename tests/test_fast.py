@@ -23,6 +23,7 @@ from crew import fast, ids, models, registry, text
 from crew.cli import build_app
 from crew.domain import change, gate, lease
 from crew.fast import cmdline, output, people, runfiles, sending, status
+from crew.fast import runs as fast_runs
 from crew.models import Event, Usage
 from crew.paths import Home
 from crew.registry import LIVE_TASK_STATUSES, Box, ContactType, MessageKind, TaskStatus
@@ -158,6 +159,51 @@ def test_status_text_on_a_narrow_terminal_cuts_the_note(
     table = quick.splitlines()[1:4]
     assert quick == full and {len(line) for line in table} == {82}, table
     assert table[1].endswith("? Which da…") and table[2].endswith("after plan ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs",),
+        ("ps", "--color", "always"),
+        ("runs", "--color", "never"),
+        ("runs", "--json"),
+        ("runs", "-q"),
+        ("runs", "--status", "cancelled"),
+        ("runs", "--status", "running", "--json", "--quiet"),
+    ],
+)
+def test_runs_print_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+) -> None:
+    from crew import clock, verbs
+
+    store = make_run()
+    _status_scene(store)
+    verbs.cancel(make_run(), session=SESSION)
+    twins = Twins(make_run(), tmp_path)
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)
+
+    full, quick = twins.both(cli, capsys, *args)
+
+    assert full.code == quick.code == 0 and full.err == quick.err == ""
+    assert quick.out == full.out
+    assert quick.out.count(store.run_id) == ("cancelled" not in args)  # listed, or left out
+
+
+def test_runs_of_an_empty_home_is_what_the_full_command_prints(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], home: Home
+) -> None:
+    full = cli("runs")
+    capsys.readouterr()
+    assert fast.fast(["runs"]) == 0
+    assert capsys.readouterr().out == full.out == "No runs yet. Start one with `crew run`.\n"
 
 
 @pytest.mark.parametrize(
@@ -546,6 +592,9 @@ def _refused(store: RunStore, *args: str) -> None:
         ("status", "latest"),  # no leader runs it: a warning to give
         ("status", "latest", "--color", "rainbow"),
         ("status", "latest", "--jq", ".run"),
+        ("runs", "--status", "done"),
+        ("runs", "--jq", ".[]"),
+        ("runs", "latest"),
         ("respond", "latest", "plan", "x"),  # it asked nothing
         ("cancel", "latest"),
         ("--version", "--help"),
@@ -652,6 +701,15 @@ def test_a_marker_of_another_boot_is_the_full_commands(
     monkeypatch.setattr(runfiles, "_boot", ["0" * runfiles.BOOT_ID_WIDTH])  # "rebooted since"
     _refused(store, "steer", "latest", "plan", "x")
     _refused(store, "status", "latest", "--json")
+    _refused(store, "runs")
+
+
+def test_a_run_the_full_command_would_show_unreadable_sends_runs_to_it(make_run: MakeRun) -> None:
+    store = make_run()
+    make_run()
+    assert fast.fast(["runs", "--home", str(store.paths.home.root)]) == 0
+    (store.paths.root / "manifest.json").write_text("{")
+    _refused(store, "runs")
 
 
 def test_a_busy_lock_or_a_raised_hand_is_the_full_commands(make_run: MakeRun) -> None:
@@ -737,6 +795,7 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
         codes = Style.parse(style)._make_ansi_codes(ColorSystem.STANDARD)
         assert textviews.STATUS_SGR[status_] == codes, status_
     assert tuple(b.value for b in Box) == runfiles.BOXES
+    assert tuple(s.value for s in registry.RunStatus) == fast_runs.RUN_STATUSES
     assert runfiles.RUN_ID_PATTERN == ids.RUN_ID_PATTERN
     assert runfiles.TASK_ID_PATTERN == ids.TASK_ID_PATTERN
     assert ids._RUN_PREFIX_RE.pattern == runfiles.RUN_PREFIX_PATTERN
@@ -802,7 +861,8 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         "import sys; from crew.fast import fast; "
         f"codes = [fast(['steer', 'latest', 'plan', 'x', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}]),"
-        f" fast(['status', 'latest', '--color', 'always', '--home', {str(store.paths.home.root)!r}])]; "
+        f" fast(['status', 'latest', '--color', 'always', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['runs', '--color', 'always', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
         "sys.stderr.write(repr((codes, heavy)))"
@@ -810,7 +870,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    assert done.stderr == "([0, 0, 0], [])"
+    assert done.stderr == "([0, 0, 0, 0], [])"
 
 
 def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:

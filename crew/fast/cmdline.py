@@ -53,6 +53,15 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home", "--color"}),
         slow=frozenset({"--jq"}),
     ),
+    **dict.fromkeys(
+        ("runs", "ps"),
+        Spec(
+            (),
+            flags=frozenset({"--json", "--quiet", "-q"}),
+            values=frozenset({"--home", "--color", "--status"}),
+            slow=frozenset({"--jq"}),
+        ),
+    ),
     "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
     "follow-up": Spec(
         ("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW
