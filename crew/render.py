@@ -19,17 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from crew import clock, textviews
 from crew.errors import CrewError
-from crew.output import SETTINGS, console, print_json
+from crew.output import SETTINGS, print_json
 from crew.registry import (
-    LEADER,
-    DecisionAction,
-    Direction,
-    MessageStatus,
     RunStatus,
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import short, terminal_safe
+from crew.text import terminal_safe
 
 if TYPE_CHECKING:
     from crew.config_checks import InvalidConfig
@@ -223,67 +219,9 @@ def _status(report: StatusReport) -> None:
 
 
 def _timeline(result: Timeline) -> None:
-    out = console()
-    if not result.messages:
-        out.print("No messages.")
-        return
-    current: str | None = None
-    for view in result.messages:
-        message = view.message
-        if message.task_id != current:
-            if current is not None:
-                out.print()  # a blank line between tasks, none above the first
-            current = message.task_id
-            out.print(f"[bold]{current}[/]")
-        arrow = "→" if message.direction is Direction.INBOX else "←"
-        sender = f" from {message.from_}" if arrow == "→" and message.from_ != LEADER else ""
-        out.print(
-            f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
-            f"{markup_safe(short(message.body, 70))!r}{sender}"
-        )
-        steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
-        line = " → ".join(steps)
-        if message.reason:
-            line += f" ({markup_safe(message.reason)})"
-        style = "red" if message.status is MessageStatus.REJECTED else "dim"
-        out.print(f"      {line}", style=style)
-        if view.decisions:
-            decisions = " → ".join(_decision_text(d) for d in view.decisions)
-            out.print(f"      {markup_safe(decisions)}", style="dim")
+    from crew.output import colored
 
-
-#: Each decision action as a past participle: `preempted by msg_…`.
-_PAST = {
-    DecisionAction.PICK: "picked",
-    DecisionAction.PREEMPT: "preempted",
-    DecisionAction.MERGE: "merged",
-    DecisionAction.CANCEL: "cancelled",
-    DecisionAction.DEFER: "deferred",
-}
-
-
-def _decision_text(decision: dict[str, Any]) -> str:
-    """A decision as a short phrase: `picked`, `preempted by msg_…`, `done: ok`."""
-    action = str(decision.get("action", "?"))
-    at = _clock(decision.get("at") if isinstance(decision.get("at"), str) else None)
-    past = _PAST.get(action, action)  # type: ignore[call-overload]  # a worker's own word
-    if "by" in decision:
-        text = f"{past} by {decision['by']}"
-    elif action == DecisionAction.DONE:
-        reason = decision.get("reason")
-        text = f"done: {reason}" if reason else "done"
-    elif action == DecisionAction.CONTINUE:
-        text = str(decision.get("reason") or "left queued")
-    else:
-        text = past
-        if decision.get("reason") and action != DecisionAction.PICK:
-            text += f" ({decision['reason']})"
-    return f"{text} {at}".rstrip()
-
-
-def _clock(timestamp: str | None) -> str:
-    """The time of day of a timestamp, to the millisecond: enough within one run."""
-    return timestamp[11:23] if timestamp else ""
+    textviews.write_timeline(result.to_json(), color=colored(), width=textviews.terminal_width())
 
 
 def _doctor(report: DoctorReport) -> None:

@@ -1,9 +1,9 @@
-"""The text views of `crew status` and `crew runs`, drawn from their JSON documents with the
-standard library alone.
+"""The text views of `crew status`, `crew runs` and `crew mailbox`, drawn from their JSON
+documents with the standard library alone.
 
-The full command (crew/render.py) and the fast path (crew/fast/status.py, crew/fast/runs.py)
-both print them through `write_status` and `write_runs`, from the document `--json` prints, so
-there is one layout.
+The full command (crew/render.py) and the fast path (crew/fast/status.py, runs.py, mailbox.py)
+both print them through `write_status`, `write_runs` and `write_timeline`, from the document
+`--json` prints, so there is one layout.
 It draws what rich's box-less tables drew: columns two spaces apart, each cell padded to its
 column's width (in terminal cells), a bold header row; styles are SGR codes, only when `color`
 is on (crew/output.py `colored` decides: `--color`, NO_COLOR, TERM=dumb, a terminal). A table
@@ -293,3 +293,74 @@ def write_runs(runs: list[dict[str, Any]], *, color: bool, width: int | None) ->
 def write_status(document: dict[str, Any], *, color: bool, width: int | None) -> None:
     """Print `status_lines` on stdout."""
     write(status_lines(document, color=color, width=width))
+
+
+#: Each decision action (crew/registry.py DecisionAction) as a past participle:
+#: `preempted by msg_…`.
+PAST = {
+    "pick": "picked",
+    "preempt": "preempted",
+    "merge": "merged",
+    "cancel": "cancelled",
+    "defer": "deferred",
+}
+
+
+def timeline_lines(views: list[dict[str, Any]], *, color: bool) -> list[str]:
+    """`crew mailbox` for people, from the document `crew mailbox --json` prints."""
+    if not views:
+        return ["No messages."]
+    safe = terminal_safe
+    lines: list[str] = []
+    current: str | None = None
+    for message in views:
+        if message["taskId"] != current:
+            if current is not None:
+                lines.append("")  # a blank line between tasks, none above the first
+            current = message["taskId"]
+            lines.append(paint(current, BOLD, color))
+        arrow = "→" if message["direction"] == "inbox" else "←"
+        sender = f" from {message['from']}" if arrow == "→" and message["from"] != "leader" else ""
+        body = safe(short(message["body"], 70))
+        lines.append(
+            f"  {arrow} {message['kind']:<8} {message['id']}  {message['priority']:<6} "
+            f"{body!r}{sender}"
+        )
+        steps = [f"{e['status']} {clock_time(e.get('at'))}".rstrip() for e in message["history"]]
+        line = " → ".join(steps)
+        if message.get("reason"):
+            line += f" ({safe(message['reason'])})"
+        lines.append(paint(f"      {line}", RED if message["status"] == "rejected" else DIM, color))
+        if message["decisions"]:
+            decisions = " → ".join(decision_text(d) for d in message["decisions"])
+            lines.append(paint(f"      {safe(decisions)}", DIM, color))
+    return lines
+
+
+def write_timeline(views: list[dict[str, Any]], *, color: bool, width: int | None) -> None:
+    """Print `timeline_lines` on stdout (lines, no table: nothing to cut to a width)."""
+    write(timeline_lines(views, color=color))
+
+
+def decision_text(decision: dict[str, Any]) -> str:
+    """A decision as a short phrase: `picked`, `preempted by msg_…`, `done: ok`."""
+    action = str(decision.get("action", "?"))
+    at = clock_time(decision.get("at") if isinstance(decision.get("at"), str) else None)
+    past = PAST.get(action, action)  # a worker's own word
+    if "by" in decision:
+        text = f"{past} by {decision['by']}"
+    elif action == "done":
+        reason = decision.get("reason")
+        text = f"done: {reason}" if reason else "done"
+    elif action == "continue":
+        text = str(decision.get("reason") or "left queued")
+    else:
+        text = past
+        if decision.get("reason") and action != "pick":
+            text += f" ({decision['reason']})"
+    return f"{text} {at}".rstrip()
+
+
+def clock_time(timestamp: str | None) -> str:
+    """The time of day of a timestamp, to the millisecond: enough within one run."""
+    return timestamp[11:23] if timestamp else ""

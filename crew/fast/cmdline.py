@@ -62,6 +62,12 @@ SPECS: dict[str, Spec] = {
             slow=frozenset({"--jq"}),
         ),
     ),
+    "mailbox": Spec(
+        ("run",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home", "--color", "--task", "--box", "--status"}),
+        slow=frozenset({"--jq"}),
+    ),
     "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
     "follow-up": Spec(
         ("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW
