@@ -119,7 +119,6 @@ def test_status_text_is_what_the_full_command_prints(
 ) -> None:
     from crew import clock, verbs
 
-    monkeypatch.setattr(clock, "moment", lambda: clock.parse_timestamp(clock.now()))
     store = make_run()
     _status_scene(store)
     if ended:
