@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from crew import clock, textviews
+from crew import textviews
 from crew.errors import CrewError
 from crew.output import SETTINGS, print_json
 from crew.registry import (
@@ -142,15 +142,6 @@ def markup_safe(text: str) -> str:
     from rich.markup import escape
 
     return escape(terminal_safe(text))
-
-
-def _ago(timestamp: str | None) -> str:
-    if not timestamp:
-        return "-"
-    try:
-        return clock.format_duration(clock.seconds_since(timestamp)) + " ago"
-    except ValueError:
-        return timestamp
 
 
 def attempts(task: Task) -> str:
@@ -281,7 +272,7 @@ def _removed(result: Removed) -> None:
     for run in result.removed:
         what = f"run {run.run_id}"
         if run.status is not None:
-            ended = f", ended {_ago(run.ended_at)}" if run.ended_at else ""
+            ended = f", ended {textviews.ago(run.ended_at)}" if run.ended_at else ""
             what += f" ({run.status}, crew {run.crew}{ended})"
         _out(f"{'Would remove' if result.dry_run else 'Removed'} {what}")
 
