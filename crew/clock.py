@@ -30,9 +30,15 @@ def parse_timestamp(text: str) -> datetime:
     return datetime.strptime(text, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
 
 
+def moment() -> datetime:
+    """Now, as a datetime: what relative times ("created 724ms ago") count from (a seam tests
+    pin, so that two renderings of one run print the same bytes)."""
+    return datetime.now(UTC)
+
+
 def seconds_since(text: str, *, at: datetime | None = None) -> float:
-    """Seconds elapsed from a crew timestamp to `at` (default: now)."""
-    return ((at or datetime.now(UTC)) - parse_timestamp(text)).total_seconds()
+    """Seconds elapsed from a crew timestamp to `at` (default: `moment()`)."""
+    return ((at or moment()) - parse_timestamp(text)).total_seconds()
 
 
 def parse_duration(value: str | float | int) -> float:

@@ -17,23 +17,19 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from crew import clock
+from crew import textviews
 from crew.errors import CrewError
-from crew.output import SETTINGS, console, print_json
+from crew.output import SETTINGS, print_json
 from crew.registry import (
-    LEADER,
-    DecisionAction,
-    Direction,
-    MessageStatus,
     RunStatus,
     TaskStatus,
 )
 from crew.results import Result
-from crew.text import format_counts, short, terminal_safe
+from crew.text import terminal_safe
 
 if TYPE_CHECKING:
     from crew.config_checks import InvalidConfig
-    from crew.models import Task, Usage
+    from crew.models import Task
     from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
@@ -148,31 +144,15 @@ def markup_safe(text: str) -> str:
     return escape(terminal_safe(text))
 
 
-def _ago(timestamp: str | None) -> str:
-    if not timestamp:
-        return "-"
-    try:
-        return clock.format_duration(clock.seconds_since(timestamp)) + " ago"
-    except ValueError:
-        return timestamp
-
-
 def attempts(task: Task) -> str:
     """Which attempt runs, and the failures that count against maxAttempts: `2 (1/2 failed)`."""
-    if task.failures == 0:
-        return str(task.attempt)
-    return f"{task.attempt} ({task.failures}/{task.max_attempts} failed)"
+    return textviews.attempts(task.attempt, task.failures, task.max_attempts)
 
 
 def question_line(task: Task) -> str:
     """A task's open question on one line: `prompt [a|b]`."""
     contact = task.open_question
-    if contact is None:
-        return ""
-    options = f" [{'|'.join(contact.options)}]" if contact.options else ""
-    own = " (or an answer of your own)" if contact.other else ""
-    secret = " (secret: answer with `crew respond RUN TASK -` on stdin)" if contact.secret else ""
-    return f"{contact.prompt}{options}{own}{secret}"
+    return "" if contact is None else textviews.question_line(contact.to_dict())
 
 
 # ----------------------------------------------------------------------------- sending
@@ -217,171 +197,22 @@ def _handed_off(result: HandedOff) -> None:
 
 
 def _runs(result: RunList) -> None:
-    from rich.table import Table
+    from crew.output import colored
 
-    if not result.runs:
-        _out("No runs yet. Start one with `crew run`.")
-        return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("RUN", "CREW", "STATUS", "TASKS", "CREATED", "OWNER"):
-        table.add_column(column)
-    for summary in result.runs:
-        run = summary.run
-        if run is None:
-            problem = markup_safe(summary.problem or "")
-            table.add_row(summary.run_id, "?", "[red]unreadable[/]", problem, "", "")
-            continue
-        table.add_row(
-            run.run_id,
-            markup_safe(run.crew),
-            styled(run.status),
-            format_counts(summary.counts),
-            _ago(run.created_at),
-            markup_safe(run.owner_session_id),
-        )
-    out = console()
-    out.print(table)
-    for summary in result.runs:
-        if summary.run is not None and summary.problem:
-            out.print(f"[yellow]![/] {summary.run_id}: {markup_safe(summary.problem)}")
+    textviews.write_runs(result.to_json(), color=colored(), width=textviews.terminal_width())
 
 
 def _status(report: StatusReport) -> None:
-    from rich.table import Table
+    from crew.output import colored
+    from crew.textviews import terminal_width, write_status
 
-    run = report.run
-    out = console()
-    lease = report.lease.leader
-    leader = f" · leader pid {lease.pid}" if lease and report.leader_alive else ""
-    rerun = f" · rerun of {run.rerun_of}" if run.rerun_of else ""
-    out.print(
-        f"[bold]Run {run.run_id}[/] · crew {markup_safe(run.crew)} · {styled(run.status)} · "
-        f"owner {markup_safe(run.owner_session_id)} · created {_ago(run.created_at)}{rerun}"
-        f"{leader}"
-    )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    total = report.usage
-    spent = ("SPENT",) if total is not None else ()
-    for column in ("TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", *spent, "NOTE"):
-        table.add_column(column)
-    for task in report.tasks:
-        pending = report.pending.get(task.id, {})
-        shown = ", ".join(f"{n} {box}" for box, n in pending.items() if n) or "-"
-        table.add_row(
-            task.id,
-            styled(task.status),
-            markup_safe(task.agent),
-            attempts(task),
-            _ago(task.since()),
-            shown,
-            *((_spent(task.usage),) if total is not None else ()),
-            markup_safe(_note(task)),
-        )
-    out.print(table)
-    if total is not None:
-        out.print(f"Spent in all: {markup_safe(total.summary())}")
-    if report.open_contacts:
-        out.print("\n[bold]Waiting for an answer:[/]")
-        for task in report.open_contacts:
-            contact = task.open_question
-            assert contact is not None
-            question = markup_safe(question_line(task))
-            out.print(f"  {task.id} ({contact.id}) {contact.type}: {question}")
-            out.print(f'    answer with: crew respond {run.run_id} {task.id} "…"', style="dim")
-    if report.run_warnings:
-        out.print("\n[bold]Warnings:[/]")
-        for warning in report.run_warnings:
-            out.print(f"  [yellow]![/] {markup_safe(warning)}")
-
-
-def _spent(usage: Usage | None) -> str:
-    """'12.3k tok $0.05' (a task's usage in a narrow column)."""
-    if usage is None:
-        return "-"
-    tokens = usage.tokens
-    shown = f"{tokens / 1000:.1f}k tok" if tokens >= 1000 else f"{tokens} tok"
-    cost = usage.cost_usd
-    if cost is None:
-        return shown
-    return f"{shown} ${cost:.2f}" if cost >= 0.01 or cost == 0 else f"{shown} ${cost:.4f}"
-
-
-def _note(task: Task) -> str:
-    if task.error:
-        return short(task.error, 60)
-    if task.result and task.status is TaskStatus.COMPLETED:  # the agent's final answer
-        return short(" ".join(task.result.split()), 60)
-    if task.status.terminal and task.exit_code is not None:
-        return f"exit {task.exit_code}"
-    if task.open_question is not None:
-        return short(f"? {task.open_question.prompt}", 60)
-    if task.depends_on and task.status is TaskStatus.QUEUED:
-        return "after " + ", ".join(task.depends_on)
-    return ""
+    write_status(report.to_json(), color=colored(), width=terminal_width())
 
 
 def _timeline(result: Timeline) -> None:
-    out = console()
-    if not result.messages:
-        out.print("No messages.")
-        return
-    current: str | None = None
-    for view in result.messages:
-        message = view.message
-        if message.task_id != current:
-            if current is not None:
-                out.print()  # a blank line between tasks, none above the first
-            current = message.task_id
-            out.print(f"[bold]{current}[/]")
-        arrow = "→" if message.direction is Direction.INBOX else "←"
-        sender = f" from {message.from_}" if arrow == "→" and message.from_ != LEADER else ""
-        out.print(
-            f"  {arrow} {message.kind:<8} {message.id}  {message.priority:<6} "
-            f"{markup_safe(short(message.body, 70))!r}{sender}"
-        )
-        steps = [f"{entry.status} {_clock(entry.status_at())}".rstrip() for entry in view.history]
-        line = " → ".join(steps)
-        if message.reason:
-            line += f" ({markup_safe(message.reason)})"
-        style = "red" if message.status is MessageStatus.REJECTED else "dim"
-        out.print(f"      {line}", style=style)
-        if view.decisions:
-            decisions = " → ".join(_decision_text(d) for d in view.decisions)
-            out.print(f"      {markup_safe(decisions)}", style="dim")
+    from crew.output import colored
 
-
-#: Each decision action as a past participle: `preempted by msg_…`.
-_PAST = {
-    DecisionAction.PICK: "picked",
-    DecisionAction.PREEMPT: "preempted",
-    DecisionAction.MERGE: "merged",
-    DecisionAction.CANCEL: "cancelled",
-    DecisionAction.DEFER: "deferred",
-}
-
-
-def _decision_text(decision: dict[str, Any]) -> str:
-    """A decision as a short phrase: `picked`, `preempted by msg_…`, `done: ok`."""
-    action = str(decision.get("action", "?"))
-    at = _clock(decision.get("at") if isinstance(decision.get("at"), str) else None)
-    past = _PAST.get(action, action)  # type: ignore[call-overload]  # a worker's own word
-    if "by" in decision:
-        text = f"{past} by {decision['by']}"
-    elif action == DecisionAction.DONE:
-        reason = decision.get("reason")
-        text = f"done: {reason}" if reason else "done"
-    elif action == DecisionAction.CONTINUE:
-        text = str(decision.get("reason") or "left queued")
-    else:
-        text = past
-        if decision.get("reason") and action != DecisionAction.PICK:
-            text += f" ({decision['reason']})"
-    return f"{text} {at}".rstrip()
-
-
-def _clock(timestamp: str | None) -> str:
-    """The time of day of a timestamp, to the millisecond: enough within one run."""
-    return timestamp[11:23] if timestamp else ""
+    textviews.write_timeline(result.to_json(), color=colored(), width=textviews.terminal_width())
 
 
 def _doctor(report: DoctorReport) -> None:
@@ -441,7 +272,7 @@ def _removed(result: Removed) -> None:
     for run in result.removed:
         what = f"run {run.run_id}"
         if run.status is not None:
-            ended = f", ended {_ago(run.ended_at)}" if run.ended_at else ""
+            ended = f", ended {textviews.ago(run.ended_at)}" if run.ended_at else ""
             what += f" ({run.status}, crew {run.crew}{ended})"
         _out(f"{'Would remove' if result.dry_run else 'Removed'} {what}")
 

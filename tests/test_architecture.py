@@ -53,6 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "leader": ("crew.leader",),
     "presentation": (
         "crew.render",
+        "crew.textviews",
         "crew.output",
         "crew.render_streams",
         "crew.dashboard",

@@ -23,6 +23,7 @@ from crew import fast, ids, models, registry, text
 from crew.cli import build_app
 from crew.domain import change, gate, lease
 from crew.fast import cmdline, output, people, runfiles, sending, status
+from crew.fast import runs as fast_runs
 from crew.models import Event, Usage
 from crew.paths import Home
 from crew.registry import LIVE_TASK_STATUSES, Box, ContactType, MessageKind, TaskStatus
@@ -88,6 +89,184 @@ def _alive(store: RunStore, **changes: object) -> None:
 
 
 # ----------------------------------------------------------------------------- the same bytes
+
+
+def _status_scene(store: RunStore) -> None:
+    """A run with something in every column of the status view: a question with options,
+    pending steers, what the agents spent, a task waiting for another."""
+    from crew import verbs
+
+    ask(store, kind=ContactType.NEED_SELECTION, options=["pg", "sqlite"])
+    with change(store) as txn:
+        task = txn.task("plan")
+        spent = Usage(input_tokens=1200, output_tokens=5, cost_usd=0.001, turns=1)
+        txn.record(registry.EventType.AGENT_USAGE, task=task.model_copy(update={"usage": spent}))
+    for body in ("one", "two [bold]x[/]"):
+        verbs.steer(store, "plan", body, session=SESSION)
+    _alive(store)
+
+
+@pytest.mark.parametrize("color", [(), ("--color", "always"), ("--color", "never")])
+@pytest.mark.parametrize("ended", [False, True])
+def test_status_text_is_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    color: tuple[str, ...],
+    ended: bool,
+) -> None:
+    from crew import clock, verbs
+
+    store = make_run()
+    _status_scene(store)
+    if ended:
+        verbs.cancel(store, session=SESSION)
+    twins = Twins(store, tmp_path)
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)  # "created 2s ago" the same both ways
+
+    full, quick = twins.both(cli, capsys, "status", twins.run_id, *color)
+
+    assert full.code == quick.code == 0 and full.err == quick.err == ""
+    assert quick.out == full.out
+    assert ("\x1b[1mRun " in quick.out) == (color == ("--color", "always"))
+    assert ("Waiting for an answer:" in quick.out) != ended
+
+
+def test_status_text_on_a_narrow_terminal_cuts_the_note(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crew import clock
+    from crew.cli.common import run_app
+
+    store = make_run()
+    _status_scene(store)
+    monkeypatch.setenv("COLUMNS", "82")
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)
+    args = ["status", "latest", "--color", "never", "--home", str(store.paths.home.root)]
+    shown = []
+    for run in (fast.fast, lambda argv: run_app(build_app("status"), argv)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        assert run(args) == 0
+        shown.append(terminal.getvalue())
+    quick, full = shown
+
+    table = quick.splitlines()[1:4]
+    assert quick == full and {len(line) for line in table} == {82}, table
+    assert table[1].endswith("? Which da…") and table[2].endswith("after plan ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs",),
+        ("ps", "--color", "always"),
+        ("runs", "--color", "never"),
+        ("runs", "--json"),
+        ("runs", "-q"),
+        ("runs", "--status", "cancelled"),
+        ("runs", "--status", "running", "--json", "--quiet"),
+    ],
+)
+def test_runs_print_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+) -> None:
+    from crew import clock, verbs
+
+    store = make_run()
+    _status_scene(store)
+    verbs.cancel(make_run(), session=SESSION)
+    twins = Twins(make_run(), tmp_path)
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)
+
+    full, quick = twins.both(cli, capsys, *args)
+
+    assert full.code == quick.code == 0 and full.err == quick.err == ""
+    assert quick.out == full.out
+    assert quick.out.count(store.run_id) == ("cancelled" not in args)  # listed, or left out
+
+
+def _mailbox_scene(make_run: MakeRun) -> RunStore:
+    """A timeline with a delivered, a pending and a rejected message, a sender other than the
+    leader, and a decision that preempts one message for another."""
+    from test_cli_inspect import waiting_run
+
+    from crew import verbs
+    from crew.domain import mailbox
+
+    store = waiting_run(make_run)  # plan: one steer delivered, one pending
+    delivered, pending = store.messages(Box.STEERING)
+    verbs.follow_up(store, "build", "later [bold]x[/] 'quoted' \\ :rocket:", session=SESSION)
+    verbs.steer(store, "plan", "from a person", session="other@ci", force=True)
+    with change(store) as txn:
+        (later,) = txn.messages(Box.INBOX).values()
+        mailbox.reject(txn, later, "no longer needed")
+        decision = {"action": "preempt", "item": pending.id, "focus": delivered.id, "reason": "x"}
+        mailbox.decide(txn, "plan", decision)
+        mailbox.decide(txn, "plan", {"action": "done", "reason": "ok"})
+    _alive(store)
+    return store
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--color", "always"),
+        ("--json",),
+        ("--task", "plan"),
+        ("--box", "inbox", "--color", "never"),
+        ("--status", "pending"),
+        ("--task", "build", "--status", "delivered"),
+    ],
+)
+def test_mailbox_prints_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    options: tuple[str, ...],
+) -> None:
+    twins = Twins(_mailbox_scene(make_run), tmp_path)
+
+    full, quick = twins.both(cli, capsys, "mailbox", twins.run_id, *options)
+
+    assert full.code == quick.code == 0 and full.err == quick.err == ""
+    assert quick.out == full.out
+
+
+def test_a_mailbox_line_the_models_would_read_otherwise_is_the_full_commands(
+    make_run: MakeRun,
+) -> None:
+    store = _mailbox_scene(make_run)
+    assert fast.fast(["mailbox", "latest", "--home", str(store.paths.home.root)]) == 0
+    path = store.paths.box(Box.STEERING)
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"kind":"steer"', b'"kind":"steer","extra":1', 1))
+    with change(store):  # the marker names the new sizes: only the line is unusual
+        pass
+    _refused(store, "mailbox", "latest")
+    _refused(store, "mailbox", "latest", "--task", "nope")
+    _refused(store, "mailbox", "latest", "--box", "elsewhere")
+
+
+def test_runs_of_an_empty_home_is_what_the_full_command_prints(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], home: Home
+) -> None:
+    full = cli("runs")
+    capsys.readouterr()
+    assert fast.fast(["runs"]) == 0
+    assert capsys.readouterr().out == full.out == "No runs yet. Start one with `crew run`.\n"
 
 
 @pytest.mark.parametrize(
@@ -473,7 +652,12 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "latest", "plan", "x", "y"),
         ("steer", "../../etc", "plan", "x"),
         ("steer", "1999", "plan", "x"),  # no run matches
-        ("status", "latest"),  # the tables are rich's
+        ("status", "latest"),  # no leader runs it: a warning to give
+        ("status", "latest", "--color", "rainbow"),
+        ("status", "latest", "--jq", ".run"),
+        ("runs", "--status", "done"),
+        ("runs", "--jq", ".[]"),
+        ("runs", "latest"),
         ("respond", "latest", "plan", "x"),  # it asked nothing
         ("cancel", "latest"),
         ("--version", "--help"),
@@ -580,6 +764,15 @@ def test_a_marker_of_another_boot_is_the_full_commands(
     monkeypatch.setattr(runfiles, "_boot", ["0" * runfiles.BOOT_ID_WIDTH])  # "rebooted since"
     _refused(store, "steer", "latest", "plan", "x")
     _refused(store, "status", "latest", "--json")
+    _refused(store, "runs")
+
+
+def test_a_run_the_full_command_would_show_unreadable_sends_runs_to_it(make_run: MakeRun) -> None:
+    store = make_run()
+    make_run()
+    assert fast.fast(["runs", "--home", str(store.paths.home.root)]) == 0
+    (store.paths.root / "manifest.json").write_text("{")
+    _refused(store, "runs")
 
 
 def test_a_busy_lock_or_a_raised_hand_is_the_full_commands(make_run: MakeRun) -> None:
@@ -596,10 +789,13 @@ def test_a_leader_that_warns_sends_status_to_the_full_command(make_run: MakeRun)
     start(store)
     _alive(store, watcher=registry.WatcherKind.POLL)
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
     _alive(store, pid=2**22 + 7)  # gone
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
     _alive(store, degraded="disk full")
     _refused(store, "status", "latest", "--json")
+    _refused(store, "status", "latest")
 
 
 @pytest.mark.parametrize(
@@ -653,7 +849,16 @@ def test_every_command_the_fast_path_parses_has_its_runner() -> None:
 
 
 def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
+    from rich.color import ColorSystem
+    from rich.style import Style
+
+    from crew import render, textviews
+
+    for status_, style in render.STATUS_STYLE.items():
+        codes = Style.parse(style)._make_ansi_codes(ColorSystem.STANDARD)
+        assert textviews.STATUS_SGR[status_] == codes, status_
     assert tuple(b.value for b in Box) == runfiles.BOXES
+    assert tuple(s.value for s in registry.RunStatus) == fast_runs.RUN_STATUSES
     assert runfiles.RUN_ID_PATTERN == ids.RUN_ID_PATTERN
     assert runfiles.TASK_ID_PATTERN == ids.TASK_ID_PATTERN
     assert ids._RUN_PREFIX_RE.pattern == runfiles.RUN_PREFIX_PATTERN
@@ -718,7 +923,10 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     program = (
         "import sys; from crew.fast import fast; "
         f"codes = [fast(['steer', 'latest', 'plan', 'x', '--home', {str(store.paths.home.root)!r}]),"
-        f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}])]; "
+        f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['status', 'latest', '--color', 'always', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['runs', '--color', 'always', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['mailbox', 'latest', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
         "sys.stderr.write(repr((codes, heavy)))"
@@ -726,7 +934,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    assert done.stderr == "([0, 0], [])"
+    assert done.stderr == "([0, 0, 0, 0, 0], [])"
 
 
 def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:

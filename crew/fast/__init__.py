@@ -1,6 +1,6 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
-most: `status --json`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`, `schema`,
-`--version`, and a `wait` whose condition already holds.
+most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
+`schema`, `--version`, and a `wait` whose condition already holds.
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -38,6 +38,9 @@ _OFF = frozenset({"", "0", "false", "no", "off"})
 #: Each command the fast path takes (crew/fast/cmdline.py SPECS): the function that runs it.
 RUNNERS: dict[str, tuple[str, str]] = {
     "status": ("crew.fast.status", "status"),
+    "runs": ("crew.fast.runs", "runs"),
+    "ps": ("crew.fast.runs", "runs"),
+    "mailbox": ("crew.fast.mailbox", "mailbox"),
     "events": ("crew.fast.events", "events"),
     "logs": ("crew.fast.logs", "logs"),
     "schema": ("crew.fast.schema", "schema"),

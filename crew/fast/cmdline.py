@@ -50,8 +50,23 @@ SPECS: dict[str, Spec] = {
         (),
         optional=("run",),
         flags=frozenset({"--json"}),
-        values=frozenset({"--home"}),
-        slow=frozenset({"--jq", "--color"}),
+        values=frozenset({"--home", "--color"}),
+        slow=frozenset({"--jq"}),
+    ),
+    **dict.fromkeys(
+        ("runs", "ps"),
+        Spec(
+            (),
+            flags=frozenset({"--json", "--quiet", "-q"}),
+            values=frozenset({"--home", "--color", "--status"}),
+            slow=frozenset({"--jq"}),
+        ),
+    ),
+    "mailbox": Spec(
+        ("run",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home", "--color", "--task", "--box", "--status"}),
+        slow=frozenset({"--jq"}),
     ),
     "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
     "follow-up": Spec(

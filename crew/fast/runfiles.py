@@ -76,16 +76,22 @@ def resolve_run(home: str, ref: str) -> str:
     """The id of the run `ref` names (`latest`, an id, or a unique prefix of one)."""
     if ref != LATEST and _RUN_PREFIX_RE.match(ref) is None:
         raise Fallback
-    runs = os.path.join(home, "state", "runs")
     try:
-        names = os.listdir(runs)
+        ids = run_ids(home)
     except OSError:
         raise Fallback from None
-    ids = sorted(n for n in names if _RUN_ID_RE.match(n) and os.path.isdir(f"{runs}/{n}"))
     matches = ids[-1:] if ref == LATEST else [ref] if ref in ids else _prefixed(ids, ref)
     if len(matches) != 1:
         raise Fallback
     return matches[0]
+
+
+def run_ids(home: str) -> list[str]:
+    """crew/paths.py `Home.run_ids`: the runs of the home, oldest first (OSError when their
+    folder cannot be listed)."""
+    runs = f"{home}/state/runs"
+    names = os.listdir(runs)
+    return sorted(n for n in names if _RUN_ID_RE.match(n) and os.path.isdir(f"{runs}/{n}"))
 
 
 def _prefixed(ids: list[str], ref: str) -> list[str]:

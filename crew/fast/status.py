@@ -1,16 +1,20 @@
-"""`crew status RUN --json` without typer or pydantic: the same document as crew/views.py
-`run_status` rendered by crew/render.py, for a run that needs no recovery and has nothing to
-warn about (anything to say goes to the full command, which says it)."""
+"""`crew status RUN` without typer or pydantic: the same document as crew/views.py `run_status`
+rendered by crew/render.py — as JSON, or as text by the renderer both use (crew/textviews.py) —
+for a run that needs no recovery and has nothing to warn about (anything to say goes to the full
+command, which says it)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import print_json
 from crew.fast.runfiles import RunFiles, open_run
 from crew.store.pending import PendingIndex
+from crew.text import colors_wanted
+from crew.textviews import terminal_width, write_status
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -23,8 +27,7 @@ INBOUND_BOXES = ("inbox", "steering")
 
 
 def status(call: Call) -> int:
-    if "--json" not in call.options:
-        raise Fallback  # the tables are rich's to draw
+    color = colored(call)
     files = open_run(call)
     before = files.clean()
     run, tasks = read_state(files)
@@ -37,10 +40,25 @@ def status(call: Call) -> int:
         count > limits["warnPending"] for boxes in pending.values() for count in boxes.values()
     ):
         raise Fallback
-    print_json(_document(files, run, tasks, pending, lease))
+    document = _document(files, run, tasks, pending, lease)
+    if "--json" in call.options:
+        print_json(document)
+    else:
+        write_status(document, color=color, width=terminal_width())
     for index in indexes:  # a cache, written only by a command that did its work
         index.save_if_behind()
     return 0
+
+
+def colored(call: Call) -> bool:
+    """crew/output.py `colored`, as `--color` says (a value it does not take: the full command,
+    which explains)."""
+    choice = call.options.get("--color", "auto")
+    if choice not in ("auto", "always", "never"):
+        raise Fallback
+    if choice != "auto":
+        return choice == "always"
+    return colors_wanted() and sys.stdout.isatty()
 
 
 def read_state(files: RunFiles) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -1,0 +1,171 @@
+"""`crew mailbox RUN` without typer or pydantic: the same timeline as crew/views.py
+`mailbox_view` rendered by crew/render.py — as JSON, or as text by the renderer both use
+(crew/textviews.py) — for a clean run whose every mailbox line is one crew wrote (anything
+else, a task the run does not have, a value an option does not take: the full command)."""
+
+from __future__ import annotations
+
+import json
+
+from crew.fast.cmdline import Call, Fallback
+from crew.fast.output import print_json
+from crew.fast.runfiles import BOXES, open_run, task_option
+from crew.fast.status import colored, read_state
+from crew.textviews import terminal_width, write_timeline
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+#: crew/models.py MailboxMessage's fields as written, in order, and those every line has.
+MESSAGE_FIELDS = (
+    "id", "direction", "kind", "from", "to", "taskId", "body", "status", "priority", "sentAt",
+    "deliveredAt", "acknowledgedAt", "reason", "data",
+)  # fmt: skip
+REQUIRED = frozenset(MESSAGE_FIELDS[:10])
+#: crew/models.py MailboxChange's fields, and those of a message a change may name
+#: (crew/models.py CHANGEABLE).
+CHANGE_FIELDS = (
+    "id",
+    "kind",
+    "taskId",
+    "status",
+    "deliveredAt",
+    "acknowledgedAt",
+    "reason",
+    "data",
+)
+CHANGEABLE = CHANGE_FIELDS[4:]
+#: crew/registry.py MessageStatus.
+MESSAGE_STATUSES = ("pending", "delivered", "acknowledged", "rejected")
+#: crew/registry.py REDIRECTING_DECISIONS: a decision that is also one about its `focus`.
+REDIRECTING = frozenset({"preempt", "merge", "cancel"})
+
+
+def mailbox(call: Call) -> int:
+    color = colored(call)
+    task_id = task_option(call)
+    box, status = call.options.get("--box"), call.options.get("--status")
+    if (box is not None and box not in BOXES) or (
+        status is not None and status not in MESSAGE_STATUSES
+    ):
+        raise Fallback  # the full command names the values it takes
+    files = open_run(call)
+    before = files.clean()
+    run, _tasks = read_state(files)
+    lines = {name: _lines(files.box(name)) for name in ([box] if box else BOXES)}
+    if files.clean() != before:
+        raise Fallback  # a write came between the reads: the full command waits for it
+    order = {t["id"]: index for index, t in enumerate(run["config"]["tasks"])}
+    if task_id is not None and task_id not in order:
+        raise Fallback  # the full command says the run has no such task
+    views: list[dict[str, Any]] = []
+    for name, found in lines.items():
+        for history in _histories(found).values():
+            latest = history[-1]
+            if task_id is not None and latest["taskId"] != task_id:
+                continue
+            if status is not None and latest["status"] != status:
+                continue
+            views.append(_view(latest, name, history))
+    _attach_decisions(views)
+    views.sort(key=lambda v: (order.get(v["taskId"], len(order)), v["sentAt"]))
+    if "--json" in call.options:
+        print_json(views)
+    else:
+        write_timeline(views, color=color, width=terminal_width())
+    return 0
+
+
+def _lines(path: str) -> list[dict[str, Any]]:
+    """Every line of a mailbox file, each one crew wrote (Fallback otherwise)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        raise Fallback from None
+    if data and not data.endswith(b"\n"):
+        raise Fallback  # cut short: the full command reads around it
+    found = []
+    for raw in data.splitlines():
+        line = json.loads(raw)
+        if not isinstance(line, dict) or line.get("status") not in MESSAGE_STATUSES:
+            raise Fallback
+        fields = MESSAGE_FIELDS if "body" in line else CHANGE_FIELDS
+        if [k for k in fields if k in line] != list(line):  # unknown or out of order
+            raise Fallback
+        if "body" in line and not line.keys() >= REQUIRED:
+            raise Fallback
+        found.append(line)
+    return found
+
+
+def _histories(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each message's states, line by line (crew/store/mailfile.py `states`), first seen first."""
+    latest: dict[str, dict[str, Any]] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        state = line
+        if "body" not in line:
+            base = latest.get(line["id"])
+            if base is None:
+                continue  # a change to a message never seen
+            changed = {f: line[f] for f in CHANGEABLE if f in line}
+            state = {**base, "status": line["status"], **changed}
+        latest[state["id"]] = state
+        histories.setdefault(state["id"], []).append(state)
+    return histories
+
+
+def _view(message: dict[str, Any], box: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """crew/results/reading.py `MessageView.to_json`."""
+    data = {key: message[key] for key in MESSAGE_FIELDS if message.get(key) is not None}
+    kept: list[dict[str, Any]] = []
+    for line in history:  # the lines where the status changed
+        if not kept or kept[-1]["status"] != line["status"]:
+            kept.append(line)
+    data["box"] = box
+    data["history"] = [_entry(line) for line in kept]
+    data["decisions"] = []
+    return data
+
+
+def _entry(line: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": line["status"]}
+    at = _status_at(line)
+    if at:
+        entry["at"] = at
+    if line.get("reason"):
+        entry["reason"] = line["reason"]
+    return entry
+
+
+def _status_at(line: dict[str, Any]) -> str | None:
+    """crew/models.py `MailboxMessage.status_at`, on the JSON form."""
+    if line["status"] == "rejected":
+        at = (line.get("data") or {}).get("rejectedAt")
+        return at if isinstance(at, str) else None
+    key = {"pending": "sentAt", "delivered": "deliveredAt", "acknowledged": "acknowledgedAt"}
+    return line.get(key[line["status"]])
+
+
+def _attach_decisions(views: list[dict[str, Any]]) -> None:
+    """crew/views.py `_attach_decisions`, on the JSON form."""
+    by_id = {v["id"]: v for v in views}
+    for view in views:
+        for decision in (view.get("data") or {}).get("decisions", []):
+            if not isinstance(decision, dict):
+                continue
+            view["decisions"].append(decision)
+            focus = by_id.get(str(decision.get("focus", "")))
+            if focus is not None and decision.get("action") in REDIRECTING:
+                focus["decisions"].append({**decision, "by": view["id"]})
+    for view in views:
+        view["decisions"].sort(key=lambda d: (str(d.get("at", "")), _seq(d)))
+
+
+def _seq(decision: dict[str, Any]) -> int:
+    seq = decision.get("seq")
+    return seq if isinstance(seq, int) else 0
