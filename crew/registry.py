@@ -386,4 +386,5 @@ class WorkerRight(StrEnum):
     RESPOND = "respond"  # answer questions (a lead agent answering its workers)
     CANCEL = "cancel"  # cancel other tasks, or the whole run
     HANDOFF = "handoff"  # give the run to another session
+    SPAWN = "spawn"  # add tasks to the run (`crew add`, `@supervisor spawn:`)
     FORCE = "force"  # with --force, do anything the owner may (recorded as ownership.overridden)

@@ -52,6 +52,13 @@ def new_task(config: CrewConfig, task: TaskConfig) -> Task:
     )
 
 
+def add(txn: Txn, message: str, **fields: Any) -> Task:
+    """A task added to the run as it runs (crew.domain.adding checked it): queued."""
+    task = Task(status=TaskStatus.QUEUED, added_at=txn.at, **fields)
+    txn.record(EventType.TASK_QUEUED, message=message, task=task)
+    return task
+
+
 # ----------------------------------------------------------------------------- the worker's life
 
 

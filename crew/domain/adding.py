@@ -1,0 +1,165 @@
+"""Tasks added to a run as it runs (`crew add`, a worker's `@supervisor spawn:`): the checks a
+new task must pass, and its record — the same `task.queued` event and `tasks/<taskId>.json` file
+a task of crew.toml gets when the run is created.
+
+An added task is not written into the run's crew definition (manifest.json `config.tasks`): that
+copy of crew.toml is carried by every event that changes the run, and must stay small. So a
+`crew rerun` runs crew.toml's tasks again, not the ones added (their parents add them again).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from crew.config import MAX_TASK_PROMPT, MAX_TITLE
+from crew.domain import mailbox, tasks
+from crew.errors import NotFound, Refused, UsageError
+from crew.ids import MAX_ID_LENGTH, check_task_id
+from crew.models import Task
+from crew.store.txn import Txn
+from crew.text import first_line, short
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """What someone asks to add: the request an idempotency key stands for."""
+
+    agent: str
+    prompt: str
+    task_id: str | None = None
+    depends_on: tuple[str, ...] = ()
+    parent: str | None = None
+    title: str | None = None
+
+
+def check_request(request: NewTask) -> None:
+    """The checks that need no run: ids, the prompt and title (UsageError, exit 2)."""
+    if request.task_id is not None:
+        check_task_id(request.task_id)
+    for dependency in request.depends_on:
+        check_task_id(dependency)
+    if request.parent is not None:
+        check_task_id(request.parent)
+    if not request.prompt.strip():
+        raise UsageError("The task's prompt is empty.")
+    if _size(request.prompt, "prompt") > MAX_TASK_PROMPT:
+        raise UsageError(
+            f"The task's prompt is {_size(request.prompt, 'prompt')} bytes; the limit is "
+            f"{MAX_TASK_PROMPT} bytes.",
+            hint="Write the instructions to a file and give its path in the prompt.",
+        )
+    if request.title is not None and _size(request.title, "title") > MAX_TITLE:
+        raise UsageError(f"The task's title is over {MAX_TITLE} bytes.")
+
+
+def replay(txn: Txn, key: str, request: NewTask) -> Task | None:
+    """The task an earlier request with this idempotency key added, if it was this same request
+    (None if the key is new); a different request under the same key is refused."""
+    prior = next((t for t in txn.state.task_list() if t.idempotency_key == key), None)
+    if prior is None:
+        message = mailbox.with_key(txn, key)
+        if message is not None:
+            raise Refused(
+                f"Idempotency key {key!r} was already used for a {message.kind} to "
+                f"{message.task_id} ({message.id}).",
+                hint="Use a new key for a new task.",
+            )
+        return None
+    same = (
+        prior.agent == request.agent
+        and prior.prompt == request.prompt
+        and prior.depends_on == list(request.depends_on)
+        and prior.parent == request.parent
+        and request.task_id in {None, prior.id}
+    )
+    if not same:
+        raise Refused(
+            f"Idempotency key {key!r} was already used to add task {prior.id}, with a "
+            "different request.",
+            hint="Use a new key for a new task.",
+        )
+    return prior
+
+
+def add(txn: Txn, request: NewTask, *, key: str | None, session: str) -> Task:
+    """Check the new task against the run (exit 2, 4 or 5 otherwise) and record it, queued."""
+    state, config = txn.state, txn.run.config
+    agent = config.agents.get(request.agent)
+    if agent is None:
+        known = ", ".join(config.agents)
+        raise NotFound(
+            f"Run {txn.run.run_id}'s crew has no agent {request.agent!r} (agents: {known})."
+        )
+    task_id = request.task_id or _new_id(request, state.tasks)
+    if task_id in state.tasks:
+        raise Refused(
+            f"Run {txn.run.run_id} already has a task {task_id!r}.",
+            hint="Choose another --id, or leave it out for a generated one.",
+        )
+    for dependency in request.depends_on:
+        if dependency == task_id:
+            raise UsageError(f"Task {task_id} cannot depend on itself (a cycle).")
+        state.task(dependency)  # NotFound, naming the run's tasks
+    depth = 0
+    if request.parent is not None:
+        depth = _depth(state.tasks, state.task(request.parent)) + 1
+    limits = config.limits
+    if len(state.tasks) >= limits.max_tasks:
+        raise Refused(
+            f"Run {txn.run.run_id} has {len(state.tasks)} tasks: its limit is {limits.max_tasks} "
+            "([limits] maxTasks in crew.toml).",
+        )
+    if depth > limits.max_depth:
+        raise Refused(
+            f"Task {request.parent} is {depth - 1} level(s) below crew.toml's tasks: a task it "
+            f"adds would nest {depth} deep, past the limit of {limits.max_depth} "
+            "([limits] maxDepth in crew.toml).",
+        )
+    by = request.parent if request.parent is not None else session
+    title = request.title or first_line(request.prompt) or task_id
+    return tasks.add(
+        txn,
+        f"task {task_id} added by {by}: {short(title)}",
+        id=task_id,
+        agent=request.agent,
+        title=title,
+        prompt=request.prompt,
+        depends_on=list(request.depends_on),
+        max_attempts=agent.max_attempts,
+        parent=request.parent,
+        idempotency_key=key,
+    )
+
+
+def _depth(tasks: dict[str, Task], task: Task) -> int:
+    """How many spawns below crew.toml's tasks `task` is (parents always exist: checked)."""
+    depth, seen = 0, {task.id}
+    while task.parent is not None and task.parent in tasks and task.parent not in seen:
+        task = tasks[task.parent]
+        seen.add(task.id)
+        depth += 1
+    return depth
+
+
+_NOT_ID = re.compile(r"[^a-z0-9_.-]+")
+
+
+def _new_id(request: NewTask, taken: dict[str, Task]) -> str:
+    """A readable id no task has: `<parent>.<n>` for a spawn, else `<agent>-<n>`."""
+    if request.parent is not None:
+        base, sep = request.parent, "."
+    else:
+        base, sep = _NOT_ID.sub("-", request.agent.lower()).strip("-._") or "task", "-"
+    base = base[: MAX_ID_LENGTH - 8]
+    number = 1
+    while f"{base}{sep}{number}" in taken:
+        number += 1
+    return f"{base}{sep}{number}"
+
+
+def _size(text: str, what: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError(f"The task's {what} is not valid UTF-8 text.") from None
