@@ -217,6 +217,9 @@ class Task(StateModel):
     """The task whose worker added it (a spawn), if any."""
     idempotency_key: str | None = None
     """The key it was added under: adding again with it returns this task, writing nothing."""
+    waiting_for: list[TaskId] = Field(default_factory=list)
+    """The tasks it spawned and waits for (status `waiting`, no question open): once they have
+    all ended, it is given their results in one message and runs again."""
 
     @property
     def open_question(self) -> SupervisorContact | None:

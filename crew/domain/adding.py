@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from crew import ids
 from crew.config import MAX_TASK_PROMPT, MAX_TITLE
 from crew.domain import mailbox, tasks
-from crew.errors import NotFound, Refused, UsageError
+from crew.errors import CrewError, NotFound, Refused, UsageError
 from crew.ids import MAX_ID_LENGTH, check_task_id
 from crew.models import Task
+from crew.protocol import SpawnRequest
+from crew.registry import Box, EventType, MessageData, MessageKind, MessageSource, WorkerRight
 from crew.store.txn import Txn
 from crew.text import first_line, short
 
@@ -163,3 +167,88 @@ def _size(text: str, what: str) -> int:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise UsageError(f"The task's {what} is not valid UTF-8 text.") from None
+
+
+# ----------------------------------------------------------------------------- a worker's spawn
+
+
+def spawn(txn: Txn, parent: str, request: SpawnRequest) -> Task | None:
+    """The worker of `parent` printed a spawn line (the leader's transaction): its agent needs
+    `may = ["spawn"]`. A refused spawn writes no task: the refusal is recorded, and the worker is
+    told in a children message (so a worker that waits for the child is not left waiting)."""
+    task = txn.task(parent)
+    new = NewTask(request.agent, request.prompt, request.task_id, parent=parent)
+    try:
+        if WorkerRight.SPAWN not in txn.run.config.agents[task.agent].may:
+            raise Refused(
+                f'Task {parent} may not add tasks: add "spawn" to `may` in [agents.{task.agent}].'
+            )
+        check_request(new)
+        child = add(txn, new, key=None, session=ids.worker_session(parent))
+    except CrewError as error:
+        txn.record(
+            EventType.AGENT_ERROR,
+            task_id=parent,
+            message=f"{parent}'s spawn was refused: {error.message}",
+            data={"error": error.message, "spawn": True},
+        )
+        refused = {"id": request.task_id, "agent": request.agent, "status": "refused"}
+        _tell(txn, parent, [{**refused, "error": error.message}], f"Refused: {error.message}")
+        return None
+    if request.wait and not child.status.terminal:
+        tasks.wait_for_children(txn, parent, [child.id])
+    return child
+
+
+def results_to_parents(txn: Txn) -> None:
+    """A task that waits for the tasks it spawned is given their results once all have ended
+    (settled with every change: whoever ends the last child, the leader or a `crew cancel`)."""
+    ended = tasks.ended(txn)
+    if not any(t.parent is not None for t in ended):
+        return
+    for parent_id in dict.fromkeys(t.parent for t in ended if t.parent is not None):
+        parent = txn.state.tasks.get(parent_id)
+        if parent is None or parent.status.terminal or not parent.waiting_for:
+            continue
+        children = [txn.state.tasks[c] for c in parent.waiting_for if c in txn.state.tasks]
+        if not all(c.status.terminal for c in children):
+            continue
+        results = [_result(txn, c) for c in children]
+        lines = [f"- {r['id']} ({r['status']}): {r.get('result') or r.get('error') or ''}"
+                 for r in results]  # fmt: skip
+        _tell(txn, parent_id, results, "Your tasks have ended:\n" + "\n".join(lines), ended=True)
+
+
+def _result(txn: Txn, child: Task) -> dict[str, Any]:
+    """What a parent is told of a child: its status, the agent's final answer or the worker's
+    last report, and why it failed or was cancelled."""
+    found: dict[str, Any] = {"id": child.id, "agent": child.agent, "status": child.status.value}
+    result = child.result
+    if result is None:
+        reports = [
+            m
+            for m in txn.messages(Box.OUTBOX).values()
+            if m.task_id == child.id and m.kind is MessageKind.REPORT
+        ]
+        result = reports[-1].body if reports else None
+    if result is not None:
+        found["result"] = result
+    if child.error is not None:
+        found["error"] = child.error
+    return found
+
+
+def _tell(
+    txn: Txn, parent: str, children: list[dict[str, Any]], body: str, *, ended: bool = False
+) -> None:
+    """A children message to `parent` (a follow-up: given while it runs); `ended`: the tasks
+    it waited for have, and it runs again."""
+    data: dict[str, Any] = {
+        MessageData.SOURCE: MessageSource.CHILDREN.value,
+        MessageData.CHILDREN: children,
+    }
+    message = mailbox.compose(txn, MessageKind.FOLLOW_UP, parent, body, data)
+    if ended:
+        tasks.children_ended(txn, parent, message)
+    else:
+        mailbox.post(txn, message, EventType.AGENT_FOLLOWED_UP, f"{parent} told: {short(body)}")
