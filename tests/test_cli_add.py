@@ -17,9 +17,11 @@ from test_verbs import start
 from crew import add_task
 from crew.domain import change, tasks
 from crew.errors import Refused
+from crew.ids import new_worker_token, token_hash
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import EventType, RunStatus, TaskStatus
+from crew.session import Actor, WorkerCredentials
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 
@@ -268,3 +270,31 @@ def test_force_adds_to_a_run_another_session_owns_and_is_recorded(
         if e.type is EventType.OWNERSHIP_OVERRIDDEN
     ]
     assert overridden[0].data == {"owner": "owner@host", "session": SESSION, "verb": "add"}
+
+
+def test_a_worker_adds_tasks_as_its_own_children_only_with_the_spawn_right(
+    make_run: MakeRun,
+) -> None:
+    def crew_with(may: list[str]) -> object:
+        agents = {"coder": {"command": ["python3", "-c", "pass"], "may": may}}
+        return config(agents=agents)
+
+    for may in ([], ["spawn"]):
+        store = make_run(crew_with(may))
+        token = new_worker_token()
+        with change(store) as txn:
+            tasks.start(txn, "plan", attempt=1, pid=1, token_hash=token_hash(token))
+        worker = Actor("task:plan", WorkerCredentials(store.run_id, "plan", token))
+        home = store.paths.root.parent.parent.parent
+        before = snapshot_files(home)
+        if not may:
+            with pytest.raises(Refused) as refused:
+                add_task(store, agent="coder", prompt="more", session=worker)
+            assert refused.value.message == (
+                f"Task plan is a worker of run {store.run_id}, and a worker may add tasks only "
+                'where crew.toml allows it: add "spawn" to `may` in [agents.coder].'
+            )
+            assert snapshot_files(home) == before
+            continue
+        added = add_task(store, agent="coder", prompt="more", session=worker)
+        assert (added.task.id, added.task.parent) == ("plan.1", "plan")
