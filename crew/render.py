@@ -328,7 +328,7 @@ def _note(task: Task) -> str:
         return short(f"? {task.open_question.prompt}", 60)
     if task.depends_on and task.status is TaskStatus.QUEUED:
         return "after " + ", ".join(task.depends_on)
-    return ""
+    return short("waiting for " + ", ".join(task.waiting_for), 60) if task.waiting_for else ""
 
 
 def _timeline(result: Timeline) -> None:

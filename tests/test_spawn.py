@@ -10,10 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from leaders import WORKER, Leader, eventually, store_of, toml_value
 
 from crew.models import Event
 from crew.paths import Home
+from crew.protocol import Malformed, SpawnRequest, parse_line, spawn_line
 from crew.registry import Box, EventType, MessageKind, MessageStatus, RunStatus, TaskStatus
 from crew.store import jsonl
 
@@ -81,6 +83,9 @@ def test_three_tasks_from_the_cli_and_one_a_worker_spawns_and_waits_for(
     assert store.state().tasks["parent"].status is TaskStatus.WAITING
     status = json.loads(crew("status", leader.run_id, "--json").stdout)
     assert {t["id"]: t["status"] for t in status["tasks"]}["parent"] == "waiting"
+    shown = crew("status", leader.run_id).stdout
+    assert any(line.split()[:2] == ["parent", "waiting"] and line.rstrip().endswith(
+        "waiting for parent.1") for line in shown.splitlines()), shown  # fmt: skip
 
     go.touch()
     assert leader.finish() == 0, leader.err
@@ -115,3 +120,26 @@ def test_a_spawn_its_agent_may_not_make_is_refused_and_the_worker_told(
     log = store.paths.log("parent").read_text()
     assert '"status": "refused"' in log
     assert 'Task parent may not add tasks: add \\"spawn\\" to `may` in [agents.lead].' in log
+
+
+@pytest.mark.parametrize(
+    ("line", "parsed"),
+    [
+        ('@supervisor spawn: {"agent": "w", "prompt": "go"}', SpawnRequest("w", "go")),
+        ('@supervisor spawn: {"agent": "w", "prompt": "go", "id": "x", "wait": true}', SpawnRequest("w", "go", "x", True)),
+        ('@supervisor spawn: ["w"]', "spawn needs a JSON object"),
+        ('@supervisor spawn: {"agent": "w"}', "spawn needs an agent and a prompt"),
+        ('@supervisor spawn: {"agent": "w", "prompt": "go", "wait": 1}', "spawn's wait must be a bool"),
+        ('@supervisor spawn: {"agent": "w", "prompt": "go", "dir": "/"}', "spawn has no field 'dir' (fields: agent, prompt, id, wait)"),
+        ("@supervisor spawn: {nope", "spawn needs JSON: not valid JSON"),
+    ],
+)  # fmt: skip
+def test_the_spawn_line_parses_or_says_why_not(line: str, parsed: object) -> None:
+    found = parse_line(line)
+
+    if isinstance(parsed, SpawnRequest):
+        assert found == parsed
+        assert parse_line(spawn_line(parsed.agent, parsed.prompt, task_id=parsed.task_id,
+                                     wait=parsed.wait)) == parsed  # fmt: skip
+    else:
+        assert isinstance(found, Malformed) and found.reason.startswith(str(parsed))
