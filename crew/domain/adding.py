@@ -136,11 +136,11 @@ def add(txn: Txn, request: NewTask, *, key: str | None, session: str) -> Task:
     )
 
 
-def _depth(tasks: dict[str, Task], task: Task) -> int:
+def _depth(known: dict[str, Task], task: Task) -> int:
     """How many spawns below crew.toml's tasks `task` is (parents always exist: checked)."""
     depth, seen = 0, {task.id}
-    while task.parent is not None and task.parent in tasks and task.parent not in seen:
-        task = tasks[task.parent]
+    while task.parent is not None and task.parent in known and task.parent not in seen:
+        task = known[task.parent]
         seen.add(task.id)
         depth += 1
     return depth
