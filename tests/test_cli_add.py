@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import SESSION, CliResult, config, snapshot_files
 from leaders import Leader, eventually, store_of, write_crew
+from test_fast import Twins, _normal
 from test_verbs import start
 
-from crew import add_task
+from crew import add_task, fast
 from crew.domain import change, tasks
 from crew.errors import Refused
 from crew.ids import new_worker_token, token_hash
@@ -298,3 +299,34 @@ def test_a_worker_adds_tasks_as_its_own_children_only_with_the_spawn_right(
             continue
         added = add_task(store, agent="coder", prompt="more", session=worker)
         assert (added.task.id, added.task.parent) == ("plan.1", "plan")
+
+
+def test_the_fast_status_json_of_a_run_with_added_tasks_is_the_full_commands(
+    make_run: MakeRun, cli: Cli, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = make_run()
+    for task_id in ("zz", "aa"):  # added in this order: not the order of their names
+        add_task(store, agent="coder", prompt=task_id, task_id=task_id, session=SESSION)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "status", twins.run_id, "--json")
+
+    assert full.err == quick.err == ""
+    assert quick.out.replace(str(twins.fast), "ROOT") == full.out.replace(str(twins.full), "ROOT")
+    assert [t["id"] for t in json.loads(quick.out)["tasks"]] == ["plan", "build", "zz", "aa"]
+
+
+def test_a_fast_steer_to_an_added_task_writes_what_the_full_command_does(
+    make_run: MakeRun, cli: Cli, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = make_run()
+    add_task(store, agent="coder", prompt="more", task_id="extra", session=SESSION)
+    start(store, "extra")
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "steer", twins.run_id, "extra", "Use the cache")
+
+    assert (quick.code, quick.err) == (full.code, full.err) == (0, "")
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    assert fast.fast(["steer", twins.run_id, "nothere", "x", "--home", str(twins.fast)]) is None
