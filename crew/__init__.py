@@ -34,6 +34,7 @@ _EXPORTS = {
     "nudge": "crew.verbs",
     "cancel": "crew.verbs",
     "handoff": "crew.verbs",
+    "add_task": "crew.verbs",
     "run_status": "crew.views",
     "list_runs": "crew.views",
     "mailbox_view": "crew.views",
@@ -72,6 +73,7 @@ __all__ = [
     "Task",
     "UsageError",
     "__version__",
+    "add_task",
     "cancel",
     "create_run",
     "find_home",
@@ -112,7 +114,7 @@ if TYPE_CHECKING:
     from crew.store.runstore import RunStore
     from crew.store.state import RunState
     from crew.validation import validate
-    from crew.verbs import cancel, follow_up, handoff, nudge, respond, steer
+    from crew.verbs import add_task, cancel, follow_up, handoff, nudge, respond, steer
     from crew.views import list_runs, mailbox_view, run_status
     from crew.waiting import wait_for_run
 

@@ -135,7 +135,7 @@ class TaskConfig(ConfigModel):
 
 
 class LimitsConfig(ConfigModel):
-    """Backpressure and size limits, per task."""
+    """Backpressure and size limits, per task; how many tasks a run may grow to."""
 
     max_pending_steers: Annotated[int, Field(ge=1)] = 50
     """Undelivered steer + nudge messages per task; beyond it the oldest is dropped."""
@@ -145,6 +145,11 @@ class LimitsConfig(ConfigModel):
     """Warn when a task has more undelivered messages than this."""
     max_body_bytes: Annotated[int, Field(ge=1, le=MAX_BODY_LIMIT)] = DEFAULT_BODY_LIMIT
     """The largest message body, in UTF-8 bytes."""
+    max_tasks: Annotated[int, Field(ge=1, le=100_000)] = 200
+    """Tasks a run may hold in all, crew.toml's and those added as it runs (`crew add`, spawns)."""
+    max_depth: Annotated[int, Field(ge=0, le=100)] = 3
+    """How deeply spawned tasks nest: a worker's spawn is one level below its task (crew.toml's
+    tasks, and those a person adds, are level 0)."""
 
 
 class AutoRespondRule(ConfigModel):

@@ -249,15 +249,12 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
         )
 
     found: list[Callable[..., Any]] = [runs, status, mailbox, events, wait, respond, steer]
-    found += [follow_up, nudge, cancel, start_run]
-    adding = getattr(verbs, "add_task", None)  # the library call of `crew add`, once it exists
-    if adding is not None:
-        found.append(_add_task(crew, adding))
+    found += [follow_up, nudge, cancel, start_run, _add_task(crew)]
     return {tool.__name__: tool for tool in found}
 
 
-def _add_task(crew: Crew, adding: Callable[..., Any]) -> Callable[..., Any]:
-    """The `add_task` tool, over `crew.verbs.add_task`."""
+def _add_task(crew: Crew) -> Callable[..., Any]:
+    """The `add_task` tool, over `crew.verbs.add_task` (`crew add`)."""
 
     def add_task(
         run: RunRef,
@@ -276,7 +273,7 @@ def _add_task(crew: Crew, adding: Callable[..., Any]) -> Callable[..., Any]:
         """Add a task to a live or leaderless run; the leader starts it when it is ready."""
         if idempotency_key is not None:
             ids.check_idempotency_key(idempotency_key, "idempotency_key")
-        return adding(
+        return verbs.add_task(
             crew.open(run),
             agent=agent,
             prompt=prompt,

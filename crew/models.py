@@ -160,7 +160,7 @@ class SupervisorContact(StateModel):
 
 
 class Task(StateModel):
-    """One task of a run, defined in crew.toml."""
+    """One task of a run, defined in crew.toml or added as the run ran."""
 
     id: TaskId
     """Task id from crew.toml."""
@@ -210,6 +210,16 @@ class Task(StateModel):
     """What its agent spent, over every attempt (agents that report it: pi, Claude Code, Codex)."""
     limits: Limits | None = None
     """Limits raised for this task when it reached them (the others are its agent's)."""
+    added_at: Timestamp | None = None
+    """When it was added to the run as it ran (`crew add`, a worker's spawn); None for a task of
+    crew.toml. Added tasks come after crew.toml's, in the order they were added."""
+    parent: TaskId | None = None
+    """The task whose worker added it (a spawn), if any."""
+    idempotency_key: str | None = None
+    """The key it was added under: adding again with it returns this task, writing nothing."""
+    waiting_for: list[TaskId] = Field(default_factory=list)
+    """The tasks it spawned and waits for (status `waiting`, no question open): once they have
+    all ended, it is given their results in one message and runs again."""
 
     @property
     def open_question(self) -> SupervisorContact | None:

@@ -10,6 +10,7 @@ A line whose first non-blank content (after ANSI escapes are stripped) is
     @supervisor ack: msg_0123456789abcdef
     @supervisor decision: {"action": "preempt", "item": "msg_…"}
     @supervisor checkpoint: {"done": ["parser", "lexer"], "next": "tests"}
+    @supervisor spawn: {"agent": "coder", "prompt": "Write the tests", "wait": true}
 
 Anything else is plain output.
 """
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
-from crew.registry import ContactType
-from crew.text import clip, short
+from crew.registry import ContactType, MessageData, MessageKind, MessageSource, Priority
+from crew.text import clip, first_line, short
 
 if TYPE_CHECKING:
     from crew.models import MailboxMessage
@@ -80,6 +81,10 @@ MAX_PROMPT = 8 * 1024
 MAX_CHECKPOINT = 512 * 1024
 #: The largest attention decision kept, in bytes of JSON (a message keeps its latest ones too).
 MAX_DECISION = 16 * 1024
+#: The largest spawn request, in bytes of JSON: room for the largest task prompt (64 KiB).
+MAX_SPAWN = 72 * 1024
+#: The fields of a spawn request, and the type of each (`agent` and `prompt` are required).
+SPAWN_FIELDS: dict[str, type] = {"agent": str, "prompt": str, "id": str, "wait": bool}
 #: The deepest JSON kept, in nested arrays and objects. crew's readers take 200 levels in all,
 #: and an event wraps what it keeps in a few of its own.
 MAX_DEPTH = 64
@@ -142,6 +147,16 @@ class CheckpointRecord:
 
 
 @dataclass(frozen=True)
+class SpawnRequest:
+    """The worker adds a task to its run, as its task's child (`wait`: it waits for it)."""
+
+    agent: str
+    prompt: str
+    task_id: str | None = None
+    wait: bool = False
+
+
+@dataclass(frozen=True)
 class Malformed:
     """Starts with @supervisor but does not parse, or says more than crew keeps: kept as plain
     output, and counted. `excerpt`: the start of the line, on one line."""
@@ -150,7 +165,7 @@ class Malformed:
     excerpt: str = ""
 
 
-Parsed = Contact | Report | Ack | DecisionRecord | CheckpointRecord | Malformed
+Parsed = Contact | Report | Ack | DecisionRecord | CheckpointRecord | SpawnRequest | Malformed
 
 
 def strip_ansi(text: str) -> str:
@@ -188,16 +203,44 @@ def parse_line(line: str) -> Parsed | None:
         if _MESSAGE_ID_RE.match(rest) is None:
             return _malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}", text)
         return Ack(rest)
-    limit = MAX_CHECKPOINT if kind is ContactType.CHECKPOINT else MAX_DECISION
+    limit = {ContactType.CHECKPOINT: MAX_CHECKPOINT, ContactType.SPAWN: MAX_SPAWN}
     try:
-        data = load_json(rest, limit=limit)
+        data = load_json(rest, limit=limit.get(kind, MAX_DECISION))
     except ValueError as error:
         return _malformed(f"{kind} needs JSON: {error}", text)
     if kind is ContactType.CHECKPOINT:
         return CheckpointRecord(data)
+    if kind is ContactType.SPAWN:
+        return _spawn(data, text)
     if not isinstance(data, dict):
         return _malformed("decision needs a JSON object", text)
     return DecisionRecord(data)
+
+
+def _spawn(data: Any, line: str) -> SpawnRequest | Malformed:
+    """A spawn request's JSON object, checked against SPAWN_FIELDS."""
+    if not isinstance(data, dict):
+        return _malformed("spawn needs a JSON object", line)
+    for name, value in data.items():
+        wanted = SPAWN_FIELDS.get(name)
+        if wanted is None:
+            known = ", ".join(SPAWN_FIELDS)
+            return _malformed(f"spawn has no field {clip(name, 40)!r} (fields: {known})", line)
+        if not isinstance(value, wanted):
+            return _malformed(f"spawn's {name} must be a {wanted.__name__}", line)
+    if "agent" not in data or "prompt" not in data:
+        return _malformed("spawn needs an agent and a prompt", line)
+    return SpawnRequest(data["agent"], data["prompt"], data.get("id"), data.get("wait", False))
+
+
+def spawn_line(agent: str, prompt: str, *, task_id: str | None = None, wait: bool = False) -> str:
+    """The line a worker prints to spawn a task (the inverse of parse_line for spawns)."""
+    request: dict[str, Any] = {"agent": agent, "prompt": prompt, "wait": wait}
+    if task_id is not None:
+        request["id"] = task_id
+    return f"@supervisor {ContactType.SPAWN}: " + _one_line_json(
+        json.dumps(request, ensure_ascii=False)
+    )
 
 
 def _malformed(reason: str, line: str) -> Malformed:
@@ -361,3 +404,65 @@ def sanitize_text(body: str) -> str:
 def text_frame(message: MailboxMessage) -> bytes:
     """A message as one plain line (lossy by design; JSON frames carry exact bodies)."""
     return sanitize_text(message.body).encode("utf-8", errors="replace") + b"\n"
+
+
+# ----------------------------------------------------------------------------- frames, as read
+
+#: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
+WORKER_INBOUND = frozenset(
+    {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
+)
+
+
+@dataclass
+class Message:
+    """A message a worker was given (the SDK's view of a frame)."""
+
+    id: str
+    kind: MessageKind
+    body: str
+    priority: str = Priority.NORMAL
+    data: dict[str, Any] = field(default_factory=dict)
+    #: Ids of messages merged into this one (it stands for all of them).
+    merged: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        """The first line of the body, with `(+N)` when N more messages were merged in."""
+        first = first_line(self.body)
+        return f"{first} (+{len(self.merged)})" if self.merged else first
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.id, *self.merged]
+
+
+def is_children(message: Message) -> bool:
+    """Whether a message holds the results of spawned tasks (never merged: `spawn` takes it)."""
+    return message.data.get(MessageData.SOURCE) == MessageSource.CHILDREN
+
+
+def priority_rank(priority: str) -> int:
+    """How urgent a priority a frame named is (unknown ones count as low)."""
+    try:
+        return Priority(priority).rank
+    except ValueError:
+        return 0
+
+
+def parse_frame(line: bytes) -> Message | None:
+    try:
+        frame = json.loads(line)
+        kind = MessageKind(frame["type"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not a frame (a text-mode line, or noise): ignored
+    if kind not in WORKER_INBOUND:
+        return None
+    data = frame.get("data")
+    return Message(
+        id=str(frame.get("id", "")),
+        kind=kind,
+        body=str(frame.get("body", "")),
+        priority=str(frame.get("priority", Priority.NORMAL)),
+        data=data if isinstance(data, dict) else {},
+    )

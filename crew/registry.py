@@ -163,6 +163,7 @@ class ContactType(StrEnum):
     ACK = "ack"
     DECISION = "decision"
     CHECKPOINT = "checkpoint"
+    SPAWN = "spawn"  # add a task to the run, as this task's child (`wait`: until it ends)
 
     @property
     def blocking(self) -> bool:
@@ -197,6 +198,7 @@ class MessageData(StrEnum):
     AWAITS_QUESTION = "awaitsQuestion"  # an answer held for a restarted task: the question it fits
     DECISIONS = "decisions"  # the worker's attention decisions about it
     SECRET = "secret"  # a secret question, or its answer (whose body stands in for it)
+    CHILDREN = "children"  # of a children message: [{id, agent, status, result?, error?}]
     REJECTED_AT = "rejectedAt"
 
 
@@ -207,6 +209,7 @@ class MessageSource(StrEnum):
     MONITOR = "monitor"  # the stall monitor's automatic nudge
     AUTO_RESPOND = "autoRespond"  # an autoRespond rule; written `autoRespond[<index>]`
     LIMIT = "limit"  # a task's limit was raised: crew tells the agent to go on
+    CHILDREN = "children"  # the results of the tasks a task spawned (or why a spawn was refused)
 
 
 class EventData(StrEnum):
@@ -386,4 +389,5 @@ class WorkerRight(StrEnum):
     RESPOND = "respond"  # answer questions (a lead agent answering its workers)
     CANCEL = "cancel"  # cancel other tasks, or the whole run
     HANDOFF = "handoff"  # give the run to another session
+    SPAWN = "spawn"  # add tasks to the run (`crew add`, `@supervisor spawn:`)
     FORCE = "force"  # with --force, do anything the owner may (recorded as ownership.overridden)

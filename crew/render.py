@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from crew.results.admin import DoctorReport, Initialized, Removed, SchemaDoc
     from crew.results.leading import Detached, Led, Waited
     from crew.results.reading import RunList, StatusReport, Timeline
-    from crew.results.sending import Cancelled, HandedOff, Sent
+    from crew.results.sending import Added, Cancelled, HandedOff, Sent
     from crew.results.validating import Validation
 
 STATUS_STYLE = {
@@ -186,6 +186,17 @@ def _cancelled(result: Cancelled) -> None:
         _out(f"The run has ended ({result.run_status}).")
 
 
+def _added(result: Added) -> None:
+    task, run_id = result.task, result.run_id
+    if result.replayed:
+        return _out(f"Already added as {task.id} (same idempotency key): nothing new was written.")
+    _out(f"Added task {task.id} ({task.agent}) to run {run_id}: {task.status}.")
+    if task.status.terminal:
+        _out(f"It will not run: {task.error}.")
+    elif result.leader != "alive":
+        _out(f"No leader is running: it starts once one leads the run (`crew resume {run_id}`).")
+
+
 def _handed_off(result: HandedOff) -> None:
     if not result.changed:
         _out(f"Run {result.run_id} is already owned by {result.owner}.")
@@ -303,6 +314,7 @@ _TEXT_VIEWS: dict[str, Callable[[Any], None]] = {
     "Sent": _sent,
     "Cancelled": _cancelled,
     "HandedOff": _handed_off,
+    "Added": _added,
     "RunList": _runs,
     "StatusReport": _status,
     "Timeline": _timeline,

@@ -196,7 +196,8 @@ def _note(task: dict[str, Any]) -> str:
         return short(f"? {question['prompt']}", 60)
     if task.get("dependsOn") and status == "queued":
         return "after " + ", ".join(task["dependsOn"])
-    return ""
+    waiting_for = task.get("waitingFor")
+    return short("waiting for " + ", ".join(waiting_for), 60) if waiting_for else ""
 
 
 def status_lines(document: dict[str, Any], *, color: bool, width: int | None) -> list[str]:

@@ -1,4 +1,4 @@
-"""The verbs that act on a run: respond, steer, follow-up, nudge, cancel, handoff.
+"""The verbs that act on a run: respond, steer, follow-up, nudge, cancel, handoff, add.
 
 Anyone calls them — a person at the command line, a CI job, a lead agent, the live view, and the
 leader itself (automatic nudges and autoRespond answers go through the same verbs). Each passes
@@ -9,7 +9,7 @@ the leader, when one runs, delivers what they wrote.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Required, TypedDict, Unpack
 
 from crew import domain, ids
@@ -27,7 +27,7 @@ from crew.registry import (
     MessageSource,
     RunStatus,
 )
-from crew.results.sending import Cancelled, HandedOff, Sent
+from crew.results.sending import Added, Cancelled, HandedOff, Sent
 from crew.session import Actor, as_actor
 from crew.store import secret_answers
 from crew.store.runstore import RunStore
@@ -295,6 +295,47 @@ def handoff(
 
         runs.hand_over(txn, new_owner, by=session)
         return HandedOff(txn.run.run_id, previous, new_owner, overridden)
+
+
+def add_task(
+    store: RunStore,
+    *,
+    agent: str,
+    prompt: str,
+    task_id: str | None = None,
+    depends_on: Sequence[str] = (),
+    session: str | Actor,
+    force: bool = False,
+    idempotency_key: str | None = None,
+    parent: str | None = None,
+    title: str | None = None,
+) -> Added:
+    """Add a task to a run that has not ended: queued, it starts once its dependencies complete
+    (a live leader starts it; a leaderless run, on `crew resume`). A worker of the run needs its
+    agent's `may = ["spawn"]`, and what it adds is recorded as its task's child (`parent`)."""
+    from crew.domain import adding  # here: the sending verbs never load it
+
+    actor = as_actor(session)
+    if idempotency_key is not None:
+        ids.check_idempotency_key(idempotency_key)
+    worker = actor.worker
+    if parent is None and worker is not None and worker.run_id == store.run_id:
+        parent = worker.task_id  # a worker's task is the parent of what it adds
+    request = adding.NewTask(agent, prompt, task_id, tuple(depends_on), parent, title)
+    adding.check_request(request)
+    with domain.change(store) as txn:
+        overridden = gate.admit(txn, actor, "add", force=force)
+        who = actor.name_in(txn.run.run_id)
+        if idempotency_key is not None:
+            prior = adding.replay(txn, idempotency_key, request)
+            if prior is not None:
+                return Added(txn.run.run_id, prior, replayed=True, leader=_leader(store, txn.run))
+        gate.check_live(txn.run, "tasks")
+        task = adding.add(txn, request, key=idempotency_key, session=who)
+        if overridden is not None:
+            gate.record_override(txn, overridden, who, "add", task_id=task.id)
+    task = txn.state.task(task.id)  # as settled: cancelled if a dependency had failed
+    return Added(txn.run.run_id, task, overridden=overridden, leader=_leader(store, txn.run))
 
 
 def _leader(store: RunStore, run: Run) -> LeaseState:

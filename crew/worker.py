@@ -36,25 +36,23 @@ from typing import Any, TextIO
 
 from crew import env
 from crew.errors import CrewError, CrewTimeout
-from crew.protocol import checkpoint_line, contact_line
+from crew.protocol import Message, checkpoint_line, contact_line, spawn_line
+from crew.protocol import is_children as _is_children
+from crew.protocol import parse_frame as _parse_frame
+from crew.protocol import priority_rank as _rank
 from crew.registry import (
     REDIRECTING_DECISIONS,
     REPORT_CONTACTS,
     ContactType,
     DecisionAction,
+    MessageData,
     MessageKind,
-    Priority,
 )
-from crew.text import first_line
 
 MERGE_SEPARATOR = "\n\n---\n\n"
 #: The id of the task's own work (`begin`): not a message, so never acknowledged.
 TASK_ITEM = "task"
 COALESCE_WINDOW = 0.2
-#: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
-_INBOUND = frozenset(
-    {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
-)
 _URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
 #: Not given (`checkpoint()` without a state) or not found (`restored()` without a checkpoint).
 _NO_STATE: Any = object()
@@ -66,29 +64,6 @@ class NotInRun(CrewError):
 
 class LeaderGone(CrewError):
     """stdin reached its end: the leader has gone. Save your work and exit."""
-
-
-@dataclass
-class Message:
-    """A message the worker was given."""
-
-    id: str
-    kind: MessageKind
-    body: str
-    priority: str = Priority.NORMAL
-    data: dict[str, Any] = field(default_factory=dict)
-    #: Ids of messages merged into this one (it stands for all of them).
-    merged: list[str] = field(default_factory=list)
-
-    @property
-    def summary(self) -> str:
-        """The first line of the body, with `(+N)` when N more messages were merged in."""
-        first = first_line(self.body)
-        return f"{first} (+{len(self.merged)})" if self.merged else first
-
-    @property
-    def ids(self) -> list[str]:
-        return [self.id, *self.merged]
 
 
 @dataclass(frozen=True)
@@ -213,6 +188,42 @@ class Worker:
                 self._cond.wait(remaining)
         self._ack(answer)
         return answer.body
+
+    def spawn(
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        wait: bool = True,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any] | None:
+        """Add a task to the run, run by `agent`, as this task's child (its agent needs
+        `may = ["spawn"]`). With `wait`, block (the task is `waiting`) until the child has ended
+        and return what the leader says of it: `{"id", "agent", "status", "result"?, "error"?}`
+        (status `refused`, and why, if it could not be added). Without, return None at once.
+        Raises LeaderGone at end of input, CrewTimeout after `timeout` seconds.
+        """
+        self._say(spawn_line(agent, prompt, task_id=task_id, wait=wait))
+        if not wait:
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._answer_nudges(waiting_on=f"spawned {agent} task")
+                told = next((e.message for e in self._queue if _is_children(e.message)), None)
+                if told is not None:
+                    self._remove(told)
+                    break
+                if self._eof:
+                    raise LeaderGone(f"stdin closed while waiting for a spawned {agent} task.")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise CrewTimeout(f"The spawned {agent} task did not end within {timeout:g}s.")
+                self._cond.wait(remaining)
+        self._ack(told)
+        children = told.data.get(MessageData.CHILDREN) or [{}]
+        return dict(children[0])
 
     # ------------------------------------------------------------------ the attention loop
 
@@ -373,9 +384,9 @@ class Worker:
     def _enqueue(self, message: Message) -> None:
         """Queue a message that arrived (lock held): a follow-up joins a queued follow-up instead
         (only arrivals are queued, never an item set aside: only never-picked follow-ups merge)."""
-        if message.kind is MessageKind.FOLLOW_UP:
+        if message.kind is MessageKind.FOLLOW_UP and not _is_children(message):
             for entry in self._queue:
-                if entry.message.kind is MessageKind.FOLLOW_UP:
+                if entry.message.kind is MessageKind.FOLLOW_UP and not _is_children(entry.message):
                     target = entry.message
                     target.body += MERGE_SEPARATOR + message.body
                     target.merged += message.ids
@@ -444,14 +455,6 @@ def _read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> Any:
     return saved.get("state")  # crew's files leave null fields out: a saved None has no key
 
 
-def _rank(priority: str) -> int:
-    """How urgent a priority a frame named is (unknown ones count as low)."""
-    try:
-        return Priority(priority).rank
-    except ValueError:
-        return 0
-
-
 def _rules(current: Message, new: Message) -> Decision:
     """The heuristics (docs/attention.md): they never cancel; only a judge can."""
     if new.kind is MessageKind.RESPOND:
@@ -466,22 +469,4 @@ def _rules(current: Message, new: Message) -> Decision:
         return Decision(DecisionAction.CONTINUE, new, "an answer in progress outranks a steer")
     return Decision(
         DecisionAction.CONTINUE, new, f"a {new.kind} waits for the current work to finish"
-    )
-
-
-def _parse_frame(line: bytes) -> Message | None:
-    try:
-        frame = json.loads(line)
-        kind = MessageKind(frame["type"])
-    except (ValueError, KeyError, TypeError):
-        return None  # not a frame (a text-mode line, or noise): ignored
-    if kind not in _INBOUND:
-        return None
-    data = frame.get("data")
-    return Message(
-        id=str(frame.get("id", "")),
-        kind=kind,
-        body=str(frame.get("body", "")),
-        priority=str(frame.get("priority", Priority.NORMAL)),
-        data=data if isinstance(data, dict) else {},
     )

@@ -31,7 +31,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 MakeRun = Callable[..., RunStore]
 READING = {"runs", "status", "mailbox", "events", "wait"}
-ACTING = {"respond", "steer", "follow_up", "nudge", "cancel", "start_run"}
+ACTING = {"respond", "steer", "follow_up", "nudge", "cancel", "start_run", "add_task"}
 
 
 @asynccontextmanager
@@ -238,54 +238,32 @@ def test_the_cli_and_mcp_see_the_same_status(make_run: MakeRun, cli: Callable[..
     run(scenario)
 
 
-def test_add_task_is_a_tool_once_the_library_has_it(
-    monkeypatch: pytest.MonkeyPatch, make_run: MakeRun, home: Home
+def test_add_task_adds_a_task_once_however_often_its_key_is_replayed(
+    make_run: MakeRun, home: Home
 ) -> None:
-    from crew import verbs
     from crew.mcp_server import build_server
 
     store = make_run()
-    calls: list[dict[str, Any]] = []
-
-    def add_task(store: RunStore, **arguments: Any) -> dict[str, Any]:
-        calls.append({"runId": store.run_id, **arguments})
-        return {"taskId": arguments["task_id"]}
-
-    before = {
-        t.name for t in asyncio.run(build_server(home, session=None, read_only=False).list_tools())
-    }
-    monkeypatch.setattr(verbs, "add_task", add_task, raising=False)
     server = build_server(home, session=None, read_only=False)
-    tools = {t.name: t for t in asyncio.run(server.list_tools())}
-    watching = {
-        t.name for t in asyncio.run(build_server(home, session=None, read_only=True).list_tools())
-    }
     arguments = {
         "run": "latest",
         "agent": "coder",
-        "prompt": "p",
-        "task_id": "t9",
+        "prompt": "review the plan",
+        "task_id": "review",
         "depends_on": ["plan"],
+        "idempotency_key": "lead-7-review",
     }
-    result = asyncio.run(server.call_tool("add_task", arguments))
 
-    assert "add_task" not in before and "add_task" not in watching
-    assert tools["add_task"].input_schema["required"] == ["run", "agent", "prompt"]
-    assert json.loads(result.content[0].text) == {"taskId": "t9"}  # type: ignore[union-attr]
-    assert calls == [
-        {
-            "runId": store.run_id,
-            "agent": "coder",
-            "prompt": "p",
-            "task_id": "t9",
-            "depends_on": ("plan",),
-            "session": calls[0]["session"],
-            "force": False,
-            "idempotency_key": None,
-            "title": None,
-        }
-    ]
-    assert calls[0]["session"].name_in(store.run_id) == SESSION
+    first = asyncio.run(server.call_tool("add_task", arguments))
+    files = snapshot_files(store.paths.root)
+    again = asyncio.run(server.call_tool("add_task", arguments))
+
+    added = json.loads(first.content[0].text)  # type: ignore[union-attr]
+    assert added["task"]["id"] == "review" and added["task"]["dependsOn"] == ["plan"]
+    assert added["replayed"] is False
+    assert json.loads(again.content[0].text)["replayed"] is True  # type: ignore[union-attr]
+    assert snapshot_files(store.paths.root) == files  # the replay wrote nothing
+    assert store.state().task("review").status == TaskStatus.QUEUED
 
 
 def test_a_remote_lead_reaches_the_same_tools_over_streamable_http(make_run: MakeRun) -> None:

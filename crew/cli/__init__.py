@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nudge": ("crew.cli.send", "nudge"),
     "cancel": ("crew.cli.send", "cancel"),
     "handoff": ("crew.cli.send", "handoff"),
+    "add": ("crew.cli.send", "add"),
     "mcp": ("crew.cli.mcp", "mcp"),
     "init": ("crew.cli.admin", "init"),
     "validate": ("crew.cli.admin", "validate"),

@@ -1,4 +1,4 @@
-"""The verbs people and CI type: respond, steer, follow-up, nudge, cancel, handoff."""
+"""The verbs people and CI type: respond, steer, follow-up, nudge, cancel, handoff, add."""
 
 from __future__ import annotations
 
@@ -56,6 +56,57 @@ TimeoutOption = Annotated[
         "--timeout",
         help="Give up waiting after this long (e.g. 30s, 5m): exit 3, the message stays queued.",
         metavar="DURATION",
+        show_default=False,
+    ),
+]
+PromptArgument = Annotated[
+    str,
+    typer.Argument(
+        help="The task's instructions; '-' reads them from stdin.",
+        metavar="PROMPT",
+        show_default=False,
+    ),
+]
+AgentOption = Annotated[
+    str,
+    typer.Option(
+        "--agent", help="The crew's agent that runs it.", metavar="AGENT", show_default=False
+    ),
+]
+NewIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--id",
+        help="The new task's id (default: a generated one, <agent>-<n>).",
+        metavar="TASK",
+        show_default=False,
+    ),
+]
+DependsOnOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--depends-on",
+        help="A task that must complete first (repeat for more).",
+        metavar="TASK",
+        show_default=False,
+        autocompletion=complete_task,
+    ),
+]
+TitleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--title",
+        help="A short title (default: the prompt's first line).",
+        metavar="TEXT",
+        show_default=False,
+    ),
+]
+AddKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key",
+        help="Add at most once per key in this run: a retry returns the first task.",
+        metavar="KEY",
         show_default=False,
     ),
 ]
@@ -231,6 +282,49 @@ def handoff(
     return emit(verbs.handoff(store, to, session=who, force=force), json=json)
 
 
+def add(
+    run: RunArgument,
+    prompt: PromptArgument,
+    agent: AgentOption,
+    task_id: NewIdOption = None,
+    depends_on: DependsOnOption = None,
+    title: TitleOption = None,
+    idempotency_key: AddKeyOption = None,
+    force: ForceOption = False,
+    session: SessionOption = None,
+    json: JsonOption = False,
+    jq: JqOption = None,
+    quiet: QuietOption = False,
+    home: HomeOption = None,
+) -> int:
+    """Add a task to a run that has not ended (it starts once its dependencies complete)."""
+    from crew import verbs
+    from crew.domain.adding import NewTask, check_request
+    from crew.ids import check_idempotency_key
+    from crew.render import emit
+
+    text = _read_body(prompt, "prompt")
+    deps = tuple(depends_on or ())
+    check_request(NewTask(agent, text, task_id, deps, title=title))
+    check_session_option(session)
+    if idempotency_key is not None:
+        check_idempotency_key(idempotency_key)
+    store = open_run(run, home)
+    who = actor_for(session, store.paths.home)
+    added = verbs.add_task(
+        store,
+        agent=agent,
+        prompt=text,
+        task_id=task_id,
+        depends_on=deps,
+        session=who,
+        force=force,
+        idempotency_key=idempotency_key,
+        title=title,
+    )
+    return emit(added, json=json)
+
+
 # ----------------------------------------------------------------------------- shared steps
 
 
@@ -279,7 +373,7 @@ class Sending:
         return emit(sent, json=json)
 
 
-def _read_body(body: str) -> str:
+def _read_body(body: str, what: str = "message") -> str:
     """`-` reads the body from stdin (UTF-8; trailing newlines dropped, as `$(…)` would)."""
     if body != "-":
         return body
@@ -289,4 +383,4 @@ def _read_body(body: str) -> str:
     try:
         return raw.decode("utf-8").rstrip("\n")
     except UnicodeDecodeError:
-        raise UsageError("The message on stdin is not UTF-8 text.") from None
+        raise UsageError(f"The {what} on stdin is not UTF-8 text.") from None

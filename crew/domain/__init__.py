@@ -30,10 +30,12 @@ def change(store: RunStore, *, epoch: int | None = None) -> AbstractContextManag
 
 def settle(txn: Txn) -> None:
     """Apply the rules that follow from what a transaction staged: a queued task whose
-    dependency failed or was cancelled is cancelled; messages still pending for a task that
-    ended are rejected; the run's status follows its tasks."""
-    from crew.domain import mailbox, runs, tasks  # here, so reading a run never loads the rules
+    dependency failed or was cancelled is cancelled; a task waiting for the tasks it spawned gets
+    their results once they have all ended; messages still pending for a task that ended are
+    rejected; the run's status follows its tasks."""
+    from crew.domain import adding, mailbox, runs, tasks  # here: reading a run never loads rules
 
     tasks.cancel_dependents(txn)
+    adding.results_to_parents(txn)
     mailbox.reject_undeliverable(txn, tasks.ended(txn))
     runs.follow_tasks(txn)

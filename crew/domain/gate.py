@@ -15,8 +15,9 @@ A refused request writes nothing.
 Workers (a command whose environment holds the credentials the leader gave a worker) act as
 `task:<taskId>`, once their secret matches the hash the task records and the task is live. On
 their own run, any worker may steer, follow up and nudge any task and cancel its own; answering
-questions, cancelling other tasks or the run, handing the run over and --force need its agent's
-`may`. A worker may act on another run only if that run is owned by it (`task:<taskId>@<runId>`).
+questions, cancelling other tasks or the run, handing the run over, adding tasks (`spawn`) and
+--force need its agent's `may`. A worker may act on another run only if that run is owned by it
+(`task:<taskId>@<runId>`).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ _WORKER_NEEDS: dict[str, tuple[WorkerRight, str]] = {
     "cancel": (WorkerRight.CANCEL, "cancel another task"),
     "cancel run": (WorkerRight.CANCEL, "cancel the whole run"),
     "handoff": (WorkerRight.HANDOFF, "hand the run over"),
+    "add": (WorkerRight.SPAWN, "add tasks"),
     "resume": (WorkerRight.FORCE, "lead the run"),
 }
 
@@ -210,10 +212,10 @@ def record_override(
     )
 
 
-def check_live(run: Run) -> None:
-    """Refuse a run that has ended."""
+def check_live(run: Run, what: str = "messages") -> None:
+    """Refuse a run that has ended (it takes no more `what`)."""
     if run.status.terminal:
-        raise Refused(f"Run {run.run_id} has ended ({run.status}): it takes no more messages.")
+        raise Refused(f"Run {run.run_id} has ended ({run.status}): it takes no more {what}.")
 
 
 def check_status(task: Task, verb: Verb) -> None:

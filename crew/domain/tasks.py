@@ -52,6 +52,13 @@ def new_task(config: CrewConfig, task: TaskConfig) -> Task:
     )
 
 
+def add(txn: Txn, message: str, **fields: Any) -> Task:
+    """A task added to the run as it runs (crew.domain.adding checked it): queued."""
+    task = Task(status=TaskStatus.QUEUED, added_at=txn.at, **fields)
+    txn.record(EventType.TASK_QUEUED, message=message, task=task)
+    return task
+
+
 # ----------------------------------------------------------------------------- the worker's life
 
 
@@ -183,6 +190,42 @@ def cancel(txn: Txn, task_id: str, why: str, *, message: str | None = None) -> T
         message=message or f"task {task_id} cancelled: {why}",
         ended_at=txn.at,
         error=why,
+    )
+
+
+# ----------------------------------------------------------------------------- children
+
+
+def wait_for_children(txn: Txn, task_id: str, children: list[str]) -> Task:
+    """The task spawned `children` and waits for them: `waiting`, with no question open."""
+    task = txn.task(task_id)
+    waited = [*task.waiting_for, *(c for c in children if c not in task.waiting_for)]
+    text = f"{task_id} is waiting for its task(s) {', '.join(waited)}"
+    if task.status is TaskStatus.WAITING:
+        return _update(txn, task, EventType.TASK_WAITING, message=text, waiting_for=waited)
+    return transition(
+        txn, task_id, TaskStatus.WAITING, message=text, waiting_for=waited, waiting_since=txn.at
+    )
+
+
+def children_ended(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
+    """The tasks it waited for have all ended: their results (`message`, recorded with this
+    change) are given to it, and it runs again."""
+    task = txn.task(task_id)
+    text = f"{task_id}'s task(s) {', '.join(task.waiting_for)} ended: it runs again"
+    if task.status is not TaskStatus.WAITING or task.contact is not None:
+        return _update(
+            txn, task, EventType.AGENT_FOLLOWED_UP, message=text, mail=message, waiting_for=[]
+        )
+    return transition(
+        txn,
+        task_id,
+        TaskStatus.RUNNING,
+        event_type=EventType.AGENT_FOLLOWED_UP,
+        message=text,
+        mail=message,
+        waiting_for=[],
+        waiting_since=None,
     )
 
 

@@ -193,26 +193,31 @@ class RunFiles:
         return Marker(seq, events_size, writes, parts[4].decode("ascii", "replace"), tuple(sizes))
 
     def read_tasks(self, run: dict[str, Any]) -> list[dict[str, Any]]:
-        """The tasks, in crew.toml order (crew/store/state.py `ordered`), from their snapshot
-        files (a run an older crew made keeps them in tasks.json: the full command's)."""
+        """The tasks, in crew.toml order then added ones' (crew/store/state.py `ordered`), from
+        their snapshot files (a run an older crew made keeps them in tasks.json: the full
+        command's)."""
         found = read_task_snapshots(self.root)
         order = [t["id"] for t in run["config"]["tasks"]]
-        if found is None or set(found) != set(order):
+        if found is None or not set(order) <= set(found):
             raise Fallback
-        tasks = [json.loads(found[task_id]) for task_id in order]
-        if not all(
-            isinstance(t, dict) and t.get("id") == i for t, i in zip(tasks, order, strict=True)
-        ):
+        loaded = {task_id: json.loads(data) for task_id, data in found.items()}
+        if not all(isinstance(t, dict) and t.get("id") == i for i, t in loaded.items()):
             raise Fallback
-        return tasks
+        # Tasks added as the run ran come after crew.toml's, in the order they were added.
+        added = sorted(set(loaded) - set(order), key=lambda i: (loaded[i].get("addedAt") or "", i))
+        return [loaded[task_id] for task_id in [*order, *added]]
 
     def read_task(self, run: dict[str, Any], task_id: str) -> dict[str, Any]:
         """One task, from its snapshot file: a send reads only the task it is for."""
-        if not any(t["id"] == task_id for t in run["config"]["tasks"]):
-            raise Fallback  # no such task (or one the config does not list): the full command's
+        if not is_task_id(task_id):
+            raise Fallback  # never a path made of an id not checked
+        defined = any(t["id"] == task_id for t in run["config"]["tasks"])
+        # Missing (no such task: the full command's to say so), a link or unreadable: Fallback.
         task = self.read_json(f"{self.root}/{TASKS_DIR}/{task_id}{SUFFIX}")
         if not isinstance(task, dict) or task.get("id") != task_id:
             raise Fallback
+        if not defined and not task.get("addedAt"):
+            raise Fallback  # neither in crew.toml nor added (`crew add`): the full command's
         return task
 
     def write_task(self, task: dict[str, Any]) -> None:

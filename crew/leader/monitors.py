@@ -86,7 +86,9 @@ def judge(
             )
         checks.append(deadline)
     if task.status is TaskStatus.WAITING:
-        if agent.wait_timeout is not None and clock.waiting_since is not None:
+        # Waiting for the tasks it spawned is not waiting for an answer: nobody is to blame.
+        asking = task.contact is not None or not task.waiting_for
+        if agent.wait_timeout is not None and clock.waiting_since is not None and asking:
             deadline = clock.waiting_since + agent.wait_timeout
             if now >= deadline:
                 return Verdict(

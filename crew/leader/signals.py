@@ -22,10 +22,18 @@ from crew.adapters.base import (
     Withdrawn,
     bounded,
 )
-from crew.domain import budget, mailbox, tasks
+from crew.domain import adding, budget, mailbox, tasks
 from crew.leader.throttle import ReportThrottle
 from crew.models import SupervisorContact, Task
-from crew.protocol import Ack, CheckpointRecord, Contact, DecisionRecord, Malformed, Report
+from crew.protocol import (
+    Ack,
+    CheckpointRecord,
+    Contact,
+    DecisionRecord,
+    Malformed,
+    Report,
+    SpawnRequest,
+)
 from crew.registry import LIVE_TASK_STATUSES, EventType
 from crew.store.txn import Txn
 from crew.text import short
@@ -163,6 +171,10 @@ def _checkpointed(txn: Txn, task_id: str, agent: AgentState, item: CheckpointRec
     tasks.checkpoint(txn, task_id, item.state)
 
 
+def _spawned(txn: Txn, task_id: str, agent: AgentState, item: SpawnRequest) -> None:
+    adding.spawn(txn, task_id, item)
+
+
 def _session(txn: Txn, task_id: str, agent: AgentState, item: SessionStarted) -> None:
     tasks.remember_session(txn, task_id, item.session_id)
 
@@ -233,6 +245,7 @@ _HANDLERS: dict[type, _Handler] = {
     Ack: _acknowledged,
     DecisionRecord: _decided,
     CheckpointRecord: _checkpointed,
+    SpawnRequest: _spawned,
     Malformed: _malformed,
     TurnEnd: _turn_ended,
     Withdrawn: _withdrawn,

@@ -1,4 +1,5 @@
-"""What the verbs that change a run return: respond, steer, follow-up, nudge, cancel, handoff."""
+"""What the verbs that change a run return: respond, steer, follow-up, nudge, cancel, handoff,
+add."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from crew.domain.lease import LeaseState
 from crew.errors import CrewError
-from crew.models import MailboxMessage
+from crew.models import MailboxMessage, Task
 from crew.procs import Stopped
 from crew.registry import MessageStatus, RunStatus
 from crew.results import Result, overridden_note
@@ -147,6 +148,36 @@ class HandedOff(Result):
             "previous": self.previous,
             "owner": self.owner,
             "changed": self.changed,
+        }
+        if self.overridden:
+            data["overridden"] = self.overridden
+        return data
+
+
+@dataclass
+class Added(Result):
+    """What an add did: the task, as it was recorded."""
+
+    run_id: str
+    task: Task
+    #: True when an idempotency key matched an earlier add: nothing was written.
+    replayed: bool = False
+    overridden: str | None = None
+    #: Whether a leader is running to start the task.
+    leader: LeaseState = LeaseState.ABSENT
+
+    def notes(self) -> list[str]:
+        return overridden_note(self.overridden)
+
+    def quiet_lines(self) -> list[str]:
+        return [self.task.id]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "runId": self.run_id,
+            "task": self.task.to_dict(),
+            "replayed": self.replayed,
+            "leader": self.leader.value,
         }
         if self.overridden:
             data["overridden"] = self.overridden

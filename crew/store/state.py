@@ -178,10 +178,12 @@ def same_state(a: RunState, b: RunState) -> bool:
 
 
 def ordered(run: Run, tasks: list[Task]) -> dict[str, Task]:
-    """Tasks in crew.toml order (any unknown to the config keep their own order, after)."""
+    """Tasks in crew.toml order, then those added as the run ran, in the order they were added
+    (the same order however they were read: snapshots come in no particular order)."""
     by_id = {t.id: t for t in tasks}
     in_order = {t.id: by_id.pop(t.id) for t in run.config.tasks if t.id in by_id}
-    in_order.update(by_id)
+    for task in sorted(by_id.values(), key=lambda t: (t.added_at or "", t.id)):
+        in_order[task.id] = task
     return in_order
 
 
