@@ -157,7 +157,8 @@ def test_status_text_on_a_narrow_terminal_cuts_the_note(
 
     table = quick.splitlines()[1:4]
     assert quick == full and {len(line) for line in table} == {82}, table
-    assert table[1].endswith("? Which da…") and table[2].endswith("after plan ")
+    # Where the note is cut depends on the other columns ("950ms ago" or "1s ago"): only that it is.
+    assert "? Which" in table[1] and table[1].endswith("…") and table[2].endswith("after plan ")
 
 
 @pytest.mark.parametrize(
