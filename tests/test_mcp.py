@@ -80,7 +80,7 @@ def test_the_tools_are_listed_with_schemas_and_read_only_keeps_the_readers() -> 
     run(scenario)
 
 
-def test_a_lead_answers_one_worker_steers_another_and_waits_for_the_run(
+def test_a_lead_answers_one_worker_steers_another_adds_a_task_and_waits_for_the_run(
     tmp_path: Path, home: Home
 ) -> None:
     write_crew(
@@ -98,6 +98,16 @@ def test_a_lead_answers_one_worker_steers_another_and_waits_for_the_run(
             waiting = await call(mcp, "wait", run=run_id, until="waiting", task="ask")
             assert waiting["tasks"][0]["contact"]["prompt"] == "Ship it?"
             await call(mcp, "wait", run=run_id, until="started", task="steered")
+            # Added while `ask` still waits for its answer: the run cannot have ended yet.
+            added = await call(
+                mcp,
+                "add_task",
+                run=run_id,
+                agent="w",
+                prompt="say:added ; exit:0",
+                task_id="later",
+                depends_on=["ask"],
+            )
             answer = await call(mcp, "respond", run=run_id, task="ask", body="yes")
             steer = await call(mcp, "steer", run=run_id, task="steered", body="go on")
             done = await call(mcp, "wait", run=run_id, until="done")
@@ -108,6 +118,10 @@ def test_a_lead_answers_one_worker_steers_another_and_waits_for_the_run(
         assert (answer["kind"], answer["body"], steer["kind"]) == ("respond", "yes", "steer")
         assert done["runId"] == run_id
         assert status["run"]["status"] == RunStatus.COMPLETED
+        assert added["task"]["id"] == "later"
+        assert {t["id"]: t["status"] for t in status["tasks"]} == dict.fromkeys(
+            ["ask", "steered", "later"], TaskStatus.COMPLETED
+        )  # the task the lead added ran, after the one it waited for
         assert [e["seq"] for e in events["events"]] == list(range(1, events["cursor"] + 1))
         assert later["events"] == [] and later["cursor"] == events["cursor"]
         assert "steered" in log.contents[0].text  # type: ignore[union-attr]  # a text resource
