@@ -60,7 +60,9 @@ async def lead(config_path: str) -> None:
         print(f"question: {asked['tasks'][0]['contact']['prompt']}", flush=True)
         await call(mcp, "respond", run=run, task="survey", body="the parser")
         await wait(mcp, run, "started", "draft")
-        await call(mcp, "steer", run=run, task="draft", body="Keep the notes to three bullet points.")
+        await call(
+            mcp, "steer", run=run, task="draft", body="Keep the notes to three bullet points."
+        )
         await call(
             mcp,
             "add_task",
