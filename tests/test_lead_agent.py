@@ -65,6 +65,7 @@ def test_claude_code_leads_the_example_crew_through_crew_mcp(
     shutil.copytree(EXAMPLE, copy)
     with Model() as model:
         with_real_claude(copy, agent_clis, model)
+        # "latest": the script is written before the run has an id (the home holds only it).
         model.script(
             [crew_tool("wait", run="latest", until="waiting", task="survey")],
             [crew_tool("respond", run="latest", task="survey", body="the parser")],
