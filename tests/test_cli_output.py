@@ -259,3 +259,19 @@ def test_color_on_a_real_terminal(
         term.close()
     assert ("\x1b[36m" in screen) is colored  # `running`, in cyan
     assert store.state().tasks["plan"].status is TaskStatus.RUNNING
+
+
+def test_every_command_that_prints_json_takes_jq() -> None:
+    import typer.main
+
+    from crew.cli import COMMANDS, build_app
+
+    group = typer.main.get_command(build_app())
+    options = {
+        name: {o for p in group.commands[name].params for o in p.opts}  # type: ignore[attr-defined]
+        for name in COMMANDS
+    }
+    with_json = {name for name, opts in options.items() if "--json" in opts}
+
+    assert with_json >= {"status", "validate", "rerun", "prune", "rm", "logs", "add"}
+    assert {name for name in with_json if "--jq" not in options[name]} == set()

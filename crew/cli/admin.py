@@ -14,6 +14,7 @@ from crew.cli.common import (
     QuietOption,
     complete_run,
     home_from,
+    json_or_jq,
 )
 
 
@@ -52,8 +53,10 @@ def validate(
             "--json",
             help='Print {"file", "valid", "agents", "tasks", "problems": [{"file", "key", '
             '"message", "hint", "line"?, "column"?}, …]} on stdout.',
+            callback=json_or_jq,
         ),
     ] = False,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> int:
     """Check a crew.toml without starting a run: every problem at once, each with its key and a
@@ -136,6 +139,7 @@ def prune(
         bool, typer.Option("--dry-run", help="Only list what would be removed.")
     ] = False,
     json: JsonOption = False,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> int:
     """Remove runs that ended long ago or beyond the newest N (never a live one).
@@ -169,6 +173,7 @@ def rm(
         ),
     ] = False,
     json: JsonOption = False,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> int:
     """Remove runs and all their files: every run named, or none.

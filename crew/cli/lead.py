@@ -139,6 +139,7 @@ def rerun(
     no_input: NoInputOption = False,
     session: SessionOption = None,
     json: JsonOption = False,
+    jq: JqOption = None,
     home: HomeOption = None,
 ) -> int:
     """Run an ended run's tasks again in a new run: all, --failed ones, or those named.
