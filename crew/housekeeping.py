@@ -39,9 +39,12 @@ class _Look:
     led: bool = False
 
 
-def remove_runs(home: Home, refs: Sequence[str], *, force: bool = False) -> Removed:
+def remove_runs(
+    home: Home, refs: Sequence[str], *, force: bool = False, dry_run: bool = False
+) -> Removed:
     """Remove the runs named (`latest`, ids or unique prefixes): all of them, or — if any is
-    refused (its leader is alive; without `force`, it has not ended) — none."""
+    refused (its leader is alive; without `force`, it has not ended) — none. With `dry_run`,
+    the same checks, and only say which would go."""
     named: dict[str, RunPaths] = {}
     for ref in refs:
         paths = home.resolve_run(ref)
@@ -57,6 +60,8 @@ def remove_runs(home: Home, refs: Sequence[str], *, force: bool = False) -> Remo
                     hint=_hint(run_id, look),
                 )
             removed[run_id] = _removed(run_id, look.run)
+        if dry_run:
+            return Removed(removed=[removed[r] for r in named], dry_run=True)
         set_aside = [removal.set_aside(paths) for paths in named.values()]
     for folder in set_aside:
         removal.delete(folder)

@@ -325,7 +325,13 @@ def test_rm_removes_every_run_named_or_none(cli: Cli, make_run: MakeRun, home: H
         f"{home.runs_dir}.\nSee `crew runs`.\n",
     )
     assert cli("rm", "../state").code == 2
+    assert cli("rm", "--dry-run", first, unfinished).code == 4  # refused as it would be
+    would = cli("rm", "--dry-run", second, first)
     assert snapshot_files(home.root) == before
+    assert [line.split(" (")[0] for line in would.out.splitlines()] == [
+        f"Would remove run {second}",
+        f"Would remove run {first}",
+    ]
 
     removed = cli("rm", second[:-1], first)
     assert removed.code == 0

@@ -172,6 +172,9 @@ def rm(
             "leader is alive.",
         ),
     ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list what would be removed (or refused).")
+    ] = False,
     json: JsonOption = False,
     jq: JqOption = None,
     home: HomeOption = None,
@@ -182,4 +185,4 @@ def rm(
     from crew.housekeeping import remove_runs
     from crew.render import emit
 
-    return emit(remove_runs(home_from(home), runs, force=force), json=json)
+    return emit(remove_runs(home_from(home), runs, force=force, dry_run=dry_run), json=json)
