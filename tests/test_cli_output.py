@@ -275,3 +275,21 @@ def test_every_command_that_prints_json_takes_jq() -> None:
 
     assert with_json >= {"status", "validate", "rerun", "prune", "rm", "logs", "add"}
     assert {name for name in with_json if "--jq" not in options[name]} == set()
+
+
+def test_color_and_quiet_may_come_before_the_command(make_run: MakeRun) -> None:
+    store = make_run()
+    start(store)
+    env = {"CREW_HOME": str(store.paths.home.root)}
+    assert crew("steer", store.run_id, "plan", "use sqlite", **env).returncode == 0
+    coloured = crew("mailbox", store.run_id, "--color", "always", **env).stdout
+
+    assert "\x1b[" in coloured  # piped: only --color always colours it
+    assert crew("--color", "always", "mailbox", store.run_id, **env).stdout == coloured
+    # A command's own default (auto) does not undo what came before it.
+    assert crew("--color", "always", "mailbox", store.run_id, "--color", "auto", **env).stdout == (
+        coloured
+    )
+    assert "\x1b[" not in crew("--color", "never", "mailbox", store.run_id, **env).stdout
+    assert crew("--quiet", "runs", **env).stdout == f"{store.run_id}\n"
+    assert crew("-q", "runs", **env).stdout == crew("runs", "-q", **env).stdout

@@ -14,7 +14,8 @@ from typing import Any
 import typer
 
 from crew import __version__
-from crew.cli.common import run_app
+from crew.cli.common import ColorOption, QuietOption, run_app
+from crew.output import Color
 
 HELP = "Orchestrate crews of worker processes; every bit of state is a plain file."
 
@@ -60,8 +61,12 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    color: ColorOption = Color.AUTO,
+    quiet: QuietOption = False,
 ) -> None:
-    """Orchestrate crews of worker processes; every bit of state is a plain file."""
+    """Orchestrate crews of worker processes; every bit of state is a plain file.
+
+    --color and --quiet may come before the command too (`crew --color never status`)."""
 
 
 def build_app(only: str | None = None) -> typer.Typer:
@@ -92,10 +97,18 @@ def build_app(only: str | None = None) -> typer.Typer:
     return app
 
 
+#: The options before the command that take a value (`crew --color never status`).
+_ROOT_VALUES = {"--color"}
+
+
 def _command_of(argv: list[str]) -> str | None:
-    """The command named on the command line (the first word that is not an option)."""
-    for word in argv:
-        if not word.startswith("-"):
+    """The command named on the command line (the first word that is neither an option nor
+    the value of one)."""
+    words = iter(argv)
+    for word in words:
+        if word in _ROOT_VALUES:
+            next(words, None)
+        elif not word.startswith("-"):
             return word if word in COMMANDS else None
     return None
 

@@ -52,9 +52,12 @@ def _quiet(value: bool) -> bool:
 
 
 def _color(value: Color) -> Color:
-    from crew.output import SETTINGS
+    # `auto` is where every command line starts (crew.output.reset): a command's own default
+    # must not undo a `crew --color never …` typed before it.
+    if value is not Color.AUTO:
+        from crew.output import SETTINGS
 
-    SETTINGS.color = value
+        SETTINGS.color = value
     return value
 
 
