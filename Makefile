@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench test-bench agents test-agents docs demo clean
+.PHONY: test lint typecheck unit install bench test-bench agents test-agents test-ray docs demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,14 @@ agents: $(AGENTS)/.installed
 # The adapters against the real CLIs, each talking to a scripted fake model server (no keys).
 test-agents: agents
 	$(BIN)/pytest -m agents -n auto
+
+# The Ray executor on a multi-node test cluster on this machine (the `ray` extra; docs/scale-out.md).
+$(VENV)/.ray: pyproject.toml | $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[test,ray]'
+	touch $@
+
+test-ray: $(VENV)/.ray
+	$(BIN)/pytest -m ray
 
 docs: install
 	$(BIN)/python -m crew.docgen

@@ -8,8 +8,10 @@ from typing import Annotated, Any
 
 from pydantic import (
     BeforeValidator,
+    ByteSize,
     Field,
     field_validator,
+    model_validator,
 )
 
 from crew.config_base import ConfigModel, Duration
@@ -23,6 +25,8 @@ from crew.registry import (
     ApprovalPolicy,
     Approvals,
     ContactType,
+    ExecutorKind,
+    RayWorkspace,
     WorkerRight,
 )
 
@@ -68,6 +72,50 @@ class CrewSection(ConfigModel):
     leader_stale_after: Duration = 10.0
     """A leader whose heartbeat is older than this is gone (`crew resume` may take over); at
     least 3s, since the heartbeat is refreshed every second."""
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    """What runs the workers: `local` (child processes of the leader) or `ray` (the nodes of a
+    Ray cluster; see `[ray]` and docs/scale-out.md)."""
+
+
+class RaySection(ConfigModel):
+    """`[ray]`: the Ray cluster of `[crew] executor = "ray"`."""
+
+    address: str | None = None
+    """The cluster to join (`auto`, `ray://host:10001`, `host:6379`); RAY_ADDRESS overrides
+    it. Neither set: the leader starts a Ray instance of its own, on its machine."""
+    workspace: RayWorkspace = RayWorkspace.SHARED
+    """How a worker gets its files: `shared` (the same paths on every node), `upload` (the
+    agent's folder is copied to the node), `git` (a clone of `repo` at `ref`)."""
+    repo: str | None = None
+    """workspace = "git": the repository each worker clones (a URL or a path on the nodes)."""
+    ref: str = "HEAD"
+    """workspace = "git": the branch, tag or commit it checks out."""
+
+    @model_validator(mode="after")
+    def _git_needs_a_repo(self) -> RaySection:
+        if self.workspace is RayWorkspace.GIT and not self.repo:
+            raise ValueError('workspace = "git" needs `repo`, the repository to clone')
+        return self
+
+
+class Resources(ConfigModel):
+    """`[agents.<name>.resources]`: what one of its workers needs of a Ray node (placement);
+    the local executor ignores them."""
+
+    cpus: Annotated[float, Field(ge=0)] = 1.0
+    """Cores (Ray's `num_cpus`); a fraction packs several workers on one core."""
+    gpus: Annotated[float, Field(ge=0)] = 0.0
+    memory: ByteSize | None = None
+    """Memory to reserve on the node: bytes, or a size such as "4GiB"."""
+    custom: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    """Resources of the cluster's own naming (a licence, a kind of machine): how many."""
+
+    def as_dict(self) -> dict[str, float]:
+        """Ray's names for them: CPU, GPU, memory (bytes) and the custom ones."""
+        wanted = {"CPU": self.cpus, "GPU": self.gpus, **self.custom}
+        if self.memory is not None:
+            wanted["memory"] = float(self.memory)
+        return wanted
 
 
 class AgentConfig(ConfigModel):
@@ -112,6 +160,8 @@ class AgentConfig(ConfigModel):
     """The same for tokens, input and output together."""
     max_cost_usd: Annotated[float, Field(gt=0)] | None = None
     """The same for the agent's own cost estimate in US dollars (Claude Code, pi)."""
+    resources: Resources = Field(default_factory=Resources)
+    """What one of its workers needs of a Ray node (`[crew] executor = "ray"`)."""
     may: list[WorkerRight] = Field(default_factory=list)
     """What its workers may do to their own run besides steering, following up and nudging its
     tasks and cancelling their own: `respond`, `cancel` (other tasks, the run), `handoff`,
@@ -197,6 +247,7 @@ class CrewConfig(ConfigModel):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     auto_respond: list[AutoRespondRule] = Field(default_factory=list)
     notify: list[NotifyConfig] = Field(default_factory=list)
+    ray: RaySection = Field(default_factory=RaySection)
 
     def agent_for(self, task: TaskConfig) -> AgentConfig:
         return self.agents[task.agent]

@@ -26,7 +26,7 @@ from crew.store import eventlog
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
-from crew.text import tally, terminal_safe
+from crew.text import placement, tally, terminal_safe
 from crew.views import pending_counts, pending_messages
 
 if TYPE_CHECKING:
@@ -130,17 +130,21 @@ class Dashboard:
             (str(run.status), STATUS_STYLE.get(run.status, "")),
             f" · {tally(t.status for t in tasks)}",
         )
+        remote = any(task.node for task in tasks)  # a Ray run: where each worker runs
         table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
-        for column in ("TASK", "STATUS", "TRY", "SINCE", "PENDING", "NOW"):
+        columns = ("TASK", "STATUS", "TRY", "SINCE", "PENDING", *(("WHERE",) * remote), "NOW")
+        for column in columns:
             table.add_column(column, no_wrap=column != "NOW", overflow="ellipsis")
         for task in tasks:
             pending = sum(view.pending.get(task.id, {}).values())
+            where = [Text(terminal_safe(placement(task.node, task.pid)))] if remote else []
             table.add_row(
                 Text(task.id),
                 Text(str(task.status), STATUS_STYLE.get(task.status, "")),
                 attempts(task),
                 _since(task),
                 str(pending) if pending else "",
+                *where,
                 Text(terminal_safe(_now(task, view.last_lines.get(task.id, "")))),  # no markup
             )
         parts: list[RenderableType] = [header, table]

@@ -156,3 +156,7 @@ def error_for(code: int, message: str) -> CrewError:
         if int(kind.exit_code) == code:
             return kind(message)
     return CrewError(message)
+
+
+class ExecutorUnavailable(CrewError, exit_code=ExitCode.FAILED):
+    """What runs the workers cannot be reached (a Ray cluster that is down, Ray not installed)."""

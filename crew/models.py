@@ -174,11 +174,12 @@ class Task(StateModel):
     depends_on: list[TaskId] = Field(default_factory=list)
     """Tasks that must complete before this one starts."""
     attempt: Annotated[int, Field(ge=0)] = 0
-    """Which attempt runs (or ran) last: 0 before the first start. Interrupted attempts count
-    here too; `failures` counts those that failed."""
+    """Which attempt runs (or ran) last, 0 before the first; `failures` counts failed ones."""
     max_attempts: Annotated[int, Field(ge=1)] = 1
     pid: int | None = None
-    """The worker's process id (its process group id too) while it runs."""
+    """The worker's process id (its process group id too) while it runs, on its node."""
+    node: str | None = None
+    """The Ray node it runs on, `<node id, 8 hex digits>@<address>` (None: the leader's)."""
     token_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     """SHA-256 of the secret the leader gave the worker of the current attempt
     (CREW_WORKER_TOKEN): a `crew` command acts as `task:<id>` only with that secret."""

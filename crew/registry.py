@@ -269,6 +269,7 @@ class EventType(StrEnum):
     TASK_QUEUED = "task.queued"
     TASK_CARRIED = "task.carried"  # `crew rerun`: a task that ended in the earlier run, as it ended
     TASK_STARTED = "task.started"
+    TASK_PLACED = "task.placed"  # a remote worker runs: on which node, with which pid there
     TASK_WAITING = "task.waiting"
     TASK_RESPONDED = "task.responded"
     TASK_FLAGGED = "task.flagged"
@@ -363,6 +364,27 @@ class AgentProtocol(StrEnum):
     PI = "pi"
     CLAUDE_CODE = "claude-code"
     CODEX = "codex"
+
+
+class ExecutorKind(StrEnum):
+    """What runs the workers (crew.toml `[crew] executor`; crew/executors)."""
+
+    LOCAL = "local"
+    """Child processes of the leader, on its machine."""
+    RAY = "ray"
+    """Processes on the nodes of a Ray cluster, one Ray actor each (the `crew[ray]` extra)."""
+
+
+class RayWorkspace(StrEnum):
+    """How a worker on a Ray node gets the files it works on (`[ray] workspace`)."""
+
+    SHARED = "shared"
+    """The nodes see the leader's folders at the same paths (one machine, a shared disk)."""
+    UPLOAD = "upload"
+    """The agent's folder is uploaded to each node (Ray's `working_dir`): a copy; what the
+    worker changes stays on its node."""
+    GIT = "git"
+    """Each worker clones `[ray] repo` at `ref` into a folder of its own on its node."""
 
 
 class ApprovalPolicy(StrEnum):

@@ -148,3 +148,10 @@ YES = frozenset({"y", "yes", "true", "ok", "okay", "sure", "approve", "approved"
 def confirms(answer: str) -> bool:
     """Whether an answer to a yes/no question says yes (only an explicit yes does)."""
     return answer.strip().lower() in YES
+
+
+def placement(node: str | None, pid: int | None) -> str:
+    """Where a task's worker runs (or last ran): `c1c91b54@10.0.0.7 pid 4242` on a Ray node,
+    `pid 4242` on the leader's machine, `-` before it started or was placed."""
+    where = [part for part in (node, f"pid {pid}" if pid is not None else None) if part]
+    return " ".join(where) or "-"

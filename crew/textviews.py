@@ -18,7 +18,7 @@ import os
 import sys
 
 from crew import clock
-from crew.text import short, terminal_safe
+from crew.text import placement, short, terminal_safe
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -214,7 +214,9 @@ def status_lines(document: dict[str, Any], *, color: bool, width: int | None) ->
         f"created {ago(run.get('createdAt'))}{rerun}{pid}"
     ]
     total = document.get("usage")
+    remote = any(task.get("node") for task in tasks)  # a Ray run: where each worker runs
     header = ["TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING"]
+    header += ["WHERE"] if remote else []
     header += ["SPENT", "NOTE"] if total is not None else ["NOTE"]
     rows = []
     for task in tasks:
@@ -228,6 +230,8 @@ def status_lines(document: dict[str, Any], *, color: bool, width: int | None) ->
             (ago(_since(task)), None),
             (pending, None),
         ]
+        if remote:
+            row.append((safe(placement(task.get("node"), task.get("pid"))), None))
         if total is not None:
             row.append((spent(task.get("usage")), None))
         row.append((safe(_note(task)), None))

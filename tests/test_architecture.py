@@ -50,7 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.validation",
         "crew.housekeeping",
     ),
-    "leader": ("crew.leader",),
+    "leader": ("crew.leader", "crew.executors"),
     "presentation": (
         "crew.render",
         "crew.textviews",

@@ -62,15 +62,20 @@ def add(txn: Txn, message: str, **fields: Any) -> Task:
 # ----------------------------------------------------------------------------- the worker's life
 
 
-def start(txn: Txn, task_id: str, *, attempt: int, pid: int, token_hash: str | None = None) -> Task:
-    """The worker of a new attempt started, holding the secret whose hash is `token_hash`."""
+def start(
+    txn: Txn, task_id: str, *, attempt: int, pid: int | None, token_hash: str | None = None
+) -> Task:
+    """The worker of a new attempt started, holding the secret whose hash is `token_hash` (a
+    remote worker's pid and node are known once it is placed: `placed`)."""
+    where = f"pid {pid}" if pid is not None else "to be placed on a node"
     return transition(
         txn,
         task_id,
         TaskStatus.RUNNING,
-        message=f"task {task_id} started (attempt {attempt}, pid {pid})",
+        message=f"task {task_id} started (attempt {attempt}, {where})",
         attempt=attempt,
         pid=pid,
+        node=None,
         token_hash=token_hash,
         started_at=txn.at,
         ended_at=None,
@@ -78,6 +83,16 @@ def start(txn: Txn, task_id: str, *, attempt: int, pid: int, token_hash: str | N
         error=None,
         nudges=0,
     )
+
+
+def placed(txn: Txn, task_id: str, attempt: int, *, node: str, pid: int) -> Task | None:
+    """The remote worker of `attempt` runs on `node` as `pid` (nothing for an attempt that has
+    ended meanwhile)."""
+    task = txn.task(task_id)
+    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+        return None
+    said = f"task {task_id} runs on node {node} (pid {pid})"
+    return _update(txn, task, EventType.TASK_PLACED, message=said, node=node, pid=pid)
 
 
 def not_started(txn: Txn, task_id: str, *, attempt: int, why: str) -> Task:

@@ -100,17 +100,24 @@ def become_leader(
 ) -> Leader:
     """Claim the run's lease (taking an interrupted run over with `resume`): a Leader ready to
     `lead()`, in this thread or another."""
+    from crew.executors import open_executor
     from crew.leader.loop import Leader
     from crew.leader.takeover import claim
 
-    takeover = claim(store, session=session, force=options.force, resume=options.resume)
-    return Leader(
-        store,
-        takeover.lease,
-        max_parallel=options.max_parallel,
-        run_timeout=options.run_timeout,
-        on_events=on_events,
-    )
+    executor = open_executor(store.state().run.config)  # before the lease: a cluster may be down
+    try:
+        takeover = claim(store, session=session, force=options.force, resume=options.resume)
+        return Leader(
+            store,
+            takeover.lease,
+            executor,
+            max_parallel=options.max_parallel,
+            run_timeout=options.run_timeout,
+            on_events=on_events,
+        )
+    except BaseException:
+        executor.close()
+        raise
 
 
 def outcome(store: RunStore, code: ExitCode) -> Led:

@@ -19,24 +19,26 @@ import time
 from collections.abc import Iterator
 from functools import partial
 
-from crew import clock, faults, verbs
+from crew import clock, faults
 from crew.adapters import adapter_for
 from crew.adapters.base import Adapter, Reaction, Signal
 from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import release
 from crew.errors import ExitCode, LeaderCrashed, StaleLeader
-from crew.leader import autorespond, limits, monitors, schedule, secret_delivery, signals, spawn
+from crew.executors.base import Executor
+from crew.leader import autorespond, limits, schedule, secret_delivery, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
 from crew.leader.notify import Notifier
 from crew.leader.processes import Workers, describe_exit, start_worker
+from crew.leader.supervision import Supervision
 from crew.leader.versions import Versions
 from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
-from crew.registry import LIVE_TASK_STATUSES, MessageKind, MessageSource, RunStatus
+from crew.registry import LIVE_TASK_STATUSES, RunStatus
 from crew.store.lock import patience
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
@@ -50,6 +52,7 @@ class Leader:
         self,
         store: RunStore,
         lease: LeaderInfo,
+        executor: Executor,
         *,
         max_parallel: int | None = None,
         run_timeout: float | None = None,
@@ -64,7 +67,7 @@ class Leader:
         self.run_timeout = run_timeout
         self.run_deadline = None if run_timeout is None else time.monotonic() + run_timeout
         self._selector = selectors.DefaultSelector()
-        self.workers = Workers(self._selector, self)
+        self.workers = Workers(self._selector, self, executor)
         self.wakeups = Wakeups(self._selector, [self.paths.root, self.paths.mailbox_dir])
         self.notifier = Notifier(self.paths, self.state.run, lease.epoch, self.wakeups.wake)
         self._stop: str | None = None
@@ -73,6 +76,7 @@ class Leader:
         self._next_check: float | None = None
         self.guard = WorkerGuard(self.workers, self.health, self.view)
         self.versions = Versions(self.wakeups.wake)
+        self.supervision = Supervision(store, self.view, self.workers, self.guard, lease.epoch)
 
     @property
     def state(self) -> RunState:
@@ -150,7 +154,7 @@ class Leader:
                     break  # a fault: the rest wait for the retry
         self._deliver()
         self._close_idle_agents(now)
-        self._next_check = self._monitor(now)
+        self._next_check = self.supervision.apply(now)
         self._record_folded_reports(now)
         self.view.flush_output_times(now)
         self.view.report_events()
@@ -247,7 +251,14 @@ class Leader:
         try:
             launch = spawn.launch_for(run, task, agent, self.paths, adapter, attempt=attempt)
             worker = start_worker(
-                launch, adapter, self.paths, task_id=task.id, attempt=attempt, now=time.monotonic()
+                self.workers.executor,
+                launch,
+                adapter,
+                self.paths,
+                task_id=task.id,
+                attempt=attempt,
+                now=time.monotonic(),
+                resources=agent.resources.as_dict(),
             )
         except (OSError, ValueError) as exc:  # no value can stop the run: the attempt fails
             if isinstance(exc, OSError) and fault_of(exc, SPAWN_FAULTS) is not None:
@@ -316,9 +327,29 @@ class Leader:
             partial(self._record_exit, worker, code),
         )
 
+    def placed(self, worker: WorkerProcess) -> None:
+        """A remote worker was placed on a node (Workers calls this): record where it runs."""
+        node, pid = worker.handle.node, worker.handle.pid
+        assert node is not None and pid is not None
+        with self.guard.guarding(worker):
+            self.guard.record(worker, partial(self._record_placement, worker, node, pid))
+
+    def _record_placement(self, worker: WorkerProcess, node: str, pid: int) -> None:
+        with self.view.change() as txn:
+            tasks.placed(txn, worker.task_id, worker.attempt, node=node, pid=pid)
+
     def _record_exit(self, worker: WorkerProcess, code: int) -> None:
+        if worker.handle.lost is not None:  # its node went away: an interruption, not a failure
+            with self.view.change() as txn:
+                task = txn.task(worker.task_id)
+                if task.status in LIVE_TASK_STATUSES and task.attempt == worker.attempt:
+                    tasks.interrupt(txn, worker.task_id, worker.handle.lost)
+            self.view.take_output_time(worker.task_id)
+            worker.close_log()
+            return
         # The agent's own reason beats "exited with code 1" (claude exits 1 after a failed turn).
-        failure = worker.agent.turn_error or (describe_exit(code) if code else None)
+        failure = worker.handle.failure or worker.agent.turn_error
+        failure = failure or (describe_exit(code) if code else None)
         with self.view.change() as txn:
             tasks.exited(
                 txn,
@@ -419,54 +450,6 @@ class Leader:
                 worker.close_at = None
                 self.workers.close_stdin(worker)
 
-    # ------------------------------------------------------------------ monitors
-
-    def _monitor(self, now: float) -> float | None:
-        """Apply the monitors to every live task; returns when to look again."""
-        checks: list[float | None] = []
-        for worker in self.workers:
-            task = self.state.tasks.get(worker.task_id)
-            if task is None or task.status not in LIVE_TASK_STATUSES or worker.stopping:
-                continue
-            with self.guard.guarding(worker):
-                checks.append(self._judge(worker, task, now))
-        return min((c for c in checks if c is not None), default=None)
-
-    def _judge(self, worker: WorkerProcess, task: Task, now: float) -> float | None:
-        """Apply the monitors to one live task; returns when to look again."""
-        worker.clock.observe(task.status, now)
-        agent = self.state.run.config.agents[task.agent]
-        nudging = self.view.pending.any_for(task.id, MessageKind.NUDGE)
-        verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=nudging)
-        if verdict.action is not None:
-            self._act(worker, task, verdict, now)
-            # Judged again as it is now (a flag it raised observed at once), a nudge pending.
-            worker.clock.observe((task := self.state.task(task.id)).status, now)
-            verdict = monitors.judge(task, agent, worker.clock, now, nudge_pending=True)
-        return verdict.next_check
-
-    def _act(
-        self, worker: WorkerProcess, task: Task, verdict: monitors.Verdict, now: float
-    ) -> None:
-        if verdict.action is monitors.Action.NUDGE:
-            verbs.nudge(
-                self.store,
-                task.id,
-                session=self.state.run.owner_session_id,
-                epoch=self.epoch,
-                source=MessageSource.MONITOR,
-            )
-            worker.clock.last_nudge = now
-            self.view.refresh()
-            return
-        if verdict.action is monitors.Action.TIME_OUT:
-            self.workers.stop(worker, now)
-        with self.view.change() as txn:
-            if verdict.action is monitors.Action.TIME_OUT:
-                tasks.requeue(txn, task.id, verdict.reason)
-            else:
-                tasks.flag(txn, task.id, verdict.reason)
-
     # ------------------------------------------------------------------ stopping
 
     def _interrupt(self) -> ExitCode:
@@ -493,6 +476,7 @@ class Leader:
         for worker in self.guard.held_workers():
             worker.close_log(flush=True)
         self.workers.settle()
+        self.workers.executor.close()
         self.notifier.close(self.view)
         self.health.close()
         self.wakeups.close()

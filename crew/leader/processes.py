@@ -16,14 +16,13 @@ import time
 from collections.abc import Collection, Iterator
 from typing import Protocol
 
-from crew import env
 from crew.adapters.base import Adapter, Reaction
+from crew.executors.base import Executor
 from crew.leader import monitors, spawn
 from crew.leader.worker_process import WorkerProcess
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
 from crew.procs import tree
-from crew.procs.cgroup import Cgroup, CgroupHome
 from crew.store import logindex
 from crew.store.files import open_fd
 
@@ -45,19 +44,22 @@ class Listener(Protocol):
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """Its stdin took every byte of these messages."""
 
+    def placed(self, worker: WorkerProcess) -> None:
+        """A remote worker was placed: its node and pid there are known."""
+
 
 class Workers:
     """The leader's live workers, by task, and their descriptors in the leader's selector
     (registered with `(kind, worker)` as data; the leader hands those keys to `handle`)."""
 
-    def __init__(self, selector: selectors.BaseSelector, listener: Listener) -> None:
+    def __init__(
+        self, selector: selectors.BaseSelector, listener: Listener, executor: Executor
+    ) -> None:
         self._selector = selector
         self._listener = listener
+        self.executor = executor
         self._by_task: dict[str, WorkerProcess] = {}
         self._leftovers: list[tree.Leftovers] = []
-        home = CgroupHome.find()
-        if home is not None:
-            home.clear_dead()  # what leaders that died (kill -9, a power cut) left behind
 
     def __iter__(self) -> Iterator[WorkerProcess]:
         return iter(list(self._by_task.values()))
@@ -75,18 +77,18 @@ class Workers:
     def add(self, worker: WorkerProcess) -> None:
         """Watch a started worker's output and exit."""
         self._by_task[worker.task_id] = worker
-        stdout, stderr = worker.process.stdout, worker.process.stderr
-        assert stdout is not None
-        self._selector.register(stdout, selectors.EVENT_READ, ("out", worker))
-        if stderr is not None:
-            self._selector.register(stderr, selectors.EVENT_READ, ("err", worker))
-        if worker.pidfd is not None:
-            self._selector.register(worker.pidfd, selectors.EVENT_READ, ("exit", worker))
+        handle = worker.handle
+        assert handle.stdout is not None
+        self._selector.register(handle.stdout, selectors.EVENT_READ, ("out", worker))
+        if handle.stderr is not None:
+            self._selector.register(handle.stderr, selectors.EVENT_READ, ("err", worker))
+        if handle.exit_fd is not None:
+            self._selector.register(handle.exit_fd, selectors.EVENT_READ, ("exit", worker))
 
     def handle(self, kind: str, worker: WorkerProcess, fd: int) -> None:
         """A descriptor of `worker` is ready."""
         if kind == "exit":
-            self._reap(worker)
+            self._announced(worker)
         elif kind == "in":
             self.write(worker, b"")
         else:
@@ -116,7 +118,7 @@ class Workers:
 
     def write(self, worker: WorkerProcess, data: bytes) -> None:
         """Write to a worker's stdin (what the pipe cannot take now waits for it to drain)."""
-        stdin = worker.process.stdin
+        stdin = worker.handle.stdin
         if worker.write(data):
             if stdin is not None:
                 self._unregister(stdin)
@@ -129,8 +131,8 @@ class Workers:
 
     def close_stdin(self, worker: WorkerProcess) -> None:
         """End of input: the worker should save and exit."""
-        if worker.process.stdin is not None:
-            self._unregister(worker.process.stdin)
+        if worker.handle.stdin is not None:
+            self._unregister(worker.handle.stdin)
         worker.close_stdin()
 
     def stop(self, worker: WorkerProcess, now: float, grace: float = STOP_GRACE) -> None:
@@ -207,11 +209,12 @@ class Workers:
     def forget(self, worker: WorkerProcess) -> None:
         """Stop watching a worker and close what the leader holds of its process (its log is
         closed with `close_log`, once what it read is written)."""
-        for stream in (worker.process.stdin, worker.process.stdout, worker.process.stderr):
+        handle = worker.handle
+        for stream in (handle.stdin, handle.stdout, handle.stderr):
             if stream is not None:
                 self._unregister(stream)
-        if worker.pidfd is not None:
-            self._unregister(worker.pidfd)
+        if handle.exit_fd is not None:
+            self._unregister(handle.exit_fd)
         worker.close()
         self._by_task.pop(worker.task_id, None)
 
@@ -220,12 +223,21 @@ class Workers:
         if data is None:
             self._unregister(fd)
             worker.open_streams -= 1
-            if worker.open_streams == 0 and worker.pidfd is None:
+            if worker.open_streams == 0 and worker.handle.exit_fd is None:
                 self._reap(worker)  # no pidfd on this system: end of output is our cue
             return
         if data:
             worker.clock.output(time.monotonic())
             self._listener.output(worker, worker.lines.feed(data) if parse else [])
+
+    def _announced(self, worker: WorkerProcess) -> None:
+        """Its exit descriptor is readable: it was placed on a node, or it has ended."""
+        ended = worker.handle.settle()
+        if worker.handle.node is not None and not worker.placed:
+            worker.placed = True
+            self._listener.placed(worker)
+        if ended:
+            self._reap(worker)
 
     def _reap(self, worker: WorkerProcess) -> None:
         code = worker.wait()
@@ -238,14 +250,10 @@ class Workers:
 
     def _end_tree(self, worker: WorkerProcess, now: float) -> None:
         """A worker exited: what it left running is the task's no longer (SIGTERM now, SIGKILL
-        after the grace); its cgroup goes once empty."""
-        owner = worker.owner
-        if owner is None:
-            return
-        if tree.signal_tree(owner, signal.SIGTERM):
-            self._leftovers.append(tree.Leftovers(owner, now + STOP_GRACE))
-        elif owner.cgroup is not None and not owner.cgroup.remove():
-            self._leftovers.append(tree.Leftovers(owner, now, killed=True))
+        after the grace)."""
+        left = worker.handle.leftovers(now)
+        if left is not None:
+            self._leftovers.append(left)
 
     def _await_exits(self, deadline: float) -> None:
         """Wait for workers to exit, logging their last output but reporting nothing."""
@@ -254,7 +262,7 @@ class Workers:
                 kind, worker = key.data
                 if kind in {"out", "err"} and worker.read(key.fd) is None:
                     self._unregister(key.fd)
-                elif kind == "exit":
+                elif kind == "exit" and worker.handle.settle():
                     worker.wait()
                     worker.drain(parse=False)
                     self.forget(worker)
@@ -264,7 +272,7 @@ class Workers:
                     with contextlib.suppress(OSError):  # stopping: the log gets what it can
                         worker.flush_log()
             for worker in self:
-                if worker.pidfd is None and worker.process.poll() is not None:
+                if worker.handle.exit_fd is None and worker.handle.poll() is not None:
                     worker.drain(parse=False)
                     self.forget(worker)
                     worker.close_log(flush=True)
@@ -276,6 +284,7 @@ class Workers:
 
 
 def start_worker(
+    executor: Executor,
     launch: spawn.Launch,
     adapter: Adapter,
     paths: RunPaths,
@@ -283,53 +292,36 @@ def start_worker(
     task_id: str,
     attempt: int,
     now: float,
+    resources: dict[str, float],
 ) -> WorkerProcess:
     """Start one attempt's worker (OSError when its command cannot be started, ValueError when
     a value cannot be passed to it)."""
     log_fd = open_fd(paths.log(task_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     index_fd, logged = logindex.open_index(paths.log(task_id), log_fd)
-    group = _new_cgroup(launch, task_id, attempt)
-    join = group.procs if group is not None else None
     try:
-        process = spawn.start(launch, merge_stderr=adapter.merge_stderr, join=join)
+        handle = executor.start(
+            launch,
+            merge_stderr=adapter.merge_stderr,
+            task_id=task_id,
+            attempt=attempt,
+            resources=resources,
+        )
     except BaseException:
         os.close(log_fd)
         if index_fd >= 0:
             os.close(index_fd)
-        if group is not None:
-            group.remove()
         raise
-    worker = WorkerProcess(
+    return WorkerProcess(
         task_id,
         attempt,
-        process,
+        handle,
         adapter,
         log_fd,
         monitors.Clock(started=now, last_output=now),
-        open_streams=1 if process.stderr is None else 2,
+        open_streams=1 if handle.stderr is None else 2,
         index_fd=index_fd,
         logged=logged,
     )
-    with contextlib.suppress(OSError, AttributeError):
-        worker.pidfd = os.pidfd_open(process.pid)
-    if group is not None and not group.holds(process.pid) and not group.add(process.pid):
-        group.remove()  # the kernel would not have it there: its tree is found through /proc
-        group = None
-    run_id, state_dir = launch.env[env.RUN_ID.name], launch.env[env.STATE_DIR.name]
-    worker.owner = tree.Owner(
-        run_id, task_id, attempt, root=process.pid, cgroup=group, state_dir=state_dir
-    )
-    return worker
-
-
-def _new_cgroup(launch: spawn.Launch, task_id: str, attempt: int) -> Cgroup | None:
-    """A cgroup of its own for a worker, where the leader can make one (else None: the worker's
-    tree is then found through /proc alone)."""
-    home = CgroupHome.find()
-    if home is None:
-        return None
-    run_id = launch.env[env.RUN_ID.name]
-    return home.make(f"{run_id}-{task_id}-{attempt}-{os.getpid()}")
 
 
 def describe_exit(code: int) -> str:

@@ -63,7 +63,7 @@ def claim(
             for task in txn.state.task_list():
                 if task.status not in LIVE_TASK_STATUSES:
                     continue
-                if task.pid is not None:
+                if task.pid is not None and task.node is None:  # Ray ends a remote one
                     orphans.append((task.id, task.pid, task.attempt))
                 tasks.interrupt(txn, task.id, "the leader stopped while it ran")
                 result.requeued.append(task.id)

@@ -13,15 +13,14 @@ import contextlib
 import errno
 import os
 import signal
-import subprocess
 from dataclasses import dataclass, field
 
 from crew import faults
 from crew.adapters.base import Adapter
+from crew.executors.base import Handle
 from crew.leader import monitors
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage
-from crew.procs import signal_group, tree
 from crew.store import logindex
 
 _READ = 65536
@@ -62,12 +61,12 @@ class WorkerProcess:
 
     task_id: str
     attempt: int
-    process: subprocess.Popen[bytes]
+    #: Its process, wherever the executor runs it (crew/executors).
+    handle: Handle
     adapter: Adapter
     log_fd: int
     clock: monitors.Clock
     agent: AgentState = field(default_factory=AgentState)
-    pidfd: int | None = None
     lines: LineSplitter = field(default_factory=LineSplitter)
     to_write: bytearray = field(default_factory=bytearray)
     #: Messages whose frames are in `to_write`: delivered once it drains.
@@ -82,22 +81,22 @@ class WorkerProcess:
     #: While paused, the selector registrations set aside (see Workers.pause).
     paused: list[tuple[object, int, object]] | None = None
     exit_code: int | None = None
+    #: A remote worker's placement was recorded.
+    placed: bool = False
     #: When an idle agent's stdin gets closed (agent `keepOpen`), once its turn has ended.
     close_at: float | None = None
     #: When an interrupted agent gets SIGTERM (it was given a moment to wind down first).
     term_at: float | None = None
     #: When a worker that was asked to stop gets SIGKILL.
     kill_at: float | None = None
-    #: Its whole process tree (crew.procs.tree), its cgroup if it has one.
-    owner: tree.Owner | None = None
     #: The log's index (-1: none), the log's size, and when the newest output was read.
     index_fd: int = -1
     logged: int = 0
     received_us: int = 0
 
     @property
-    def pid(self) -> int:
-        return int(self.process.pid)
+    def pid(self) -> int | None:
+        return self.handle.pid
 
     @property
     def exited(self) -> bool:
@@ -110,7 +109,7 @@ class WorkerProcess:
     def streams(self) -> list[int]:
         """The descriptors of its output streams still open (stdout, then stderr)."""
         found = []
-        for stream in (self.process.stdout, self.process.stderr):
+        for stream in (self.handle.stdout, self.handle.stderr):
             if stream is not None and not stream.closed:
                 found.append(stream.fileno())
         return found
@@ -128,7 +127,7 @@ class WorkerProcess:
             self.unlogged += self.unended.pop(fd, b"")  # the stream's last bytes, ended or not
             return None
         self.received_us = logindex.now_us()
-        if self.process.stderr is None:  # one stream: the log gets it as it comes
+        if self.handle.stderr is None:  # one stream: the log gets it as it comes
             self.unlogged += data
             return data
         pending = self.unended.setdefault(fd, bytearray())
@@ -161,7 +160,7 @@ class WorkerProcess:
     def drain(self, *, parse: bool) -> list[bytes]:
         """Once it has exited: log what its pipes still hold; the complete stdout lines."""
         lines: list[bytes] = []
-        stdout = self.process.stdout
+        stdout = self.handle.stdout
         for fd in self.streams():
             while True:
                 data = self.read(fd)
@@ -175,7 +174,7 @@ class WorkerProcess:
         """Queue bytes for its stdin and write what the pipe takes now. True when everything
         queued has been written (the in-flight messages are then delivered)."""
         self.to_write += data
-        stdin = self.process.stdin
+        stdin = self.handle.stdin
         if stdin is None or self.stdin_closed:
             return False
         try:
@@ -202,37 +201,26 @@ class WorkerProcess:
         return delivered
 
     def close_stdin(self) -> None:
-        stdin = self.process.stdin
+        stdin = self.handle.stdin
         if stdin is not None and not self.stdin_closed:
             with contextlib.suppress(OSError):
                 stdin.close()
         self.stdin_closed = True
 
     def signal(self, sig: signal.Signals) -> None:
-        """Signal its process group and every process of its tree (those that left the group
-        too); SIGKILL empties its cgroup at once."""
-        signal_group(self.pid, sig)
-        if self.owner is not None:
-            if sig == signal.SIGKILL and self.owner.cgroup is not None:
-                self.owner.cgroup.kill()
-            tree.signal_tree(self.owner, sig)
+        """Signal it and everything it started."""
+        self.handle.signal(sig)
 
     def wait(self) -> int:
         """Reap it; its exit code (128 + the signal's number when a signal killed it)."""
-        code = int(self.process.wait())
+        code = self.handle.wait()
         self.exit_code = code if code >= 0 else 128 - code
         return code
 
     def close(self) -> None:
         """Close the descriptors the leader holds for the process (its log stays open until
         `close_log`: what a fault kept out of it may still be written)."""
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
+        self.handle.close()
 
     def discard(self) -> None:
         """Kill it: its start could not be recorded, and nothing may run unrecorded."""

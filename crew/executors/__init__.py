@@ -1,0 +1,22 @@
+"""What runs a run's workers: the leader's own machine, or the nodes of a Ray cluster
+(crew/executors/base.py says what an executor does; docs/scale-out.md, how to choose)."""
+
+from __future__ import annotations
+
+from crew.config import CrewConfig
+from crew.executors.base import Executor, Handle
+from crew.registry import ExecutorKind
+
+__all__ = ["Executor", "Handle", "open_executor"]
+
+
+def open_executor(config: CrewConfig) -> Executor:
+    """The executor crew.toml names, ready to start workers (ExecutorUnavailable when it cannot
+    be reached: Ray not installed, a cluster that is down)."""
+    if config.crew.executor is ExecutorKind.RAY:
+        from crew.executors.ray import RayExecutor
+
+        return RayExecutor.connect(config.ray)
+    from crew.executors.local import LocalExecutor
+
+    return LocalExecutor()

@@ -1,0 +1,226 @@
+"""The Ray executor on a real multi-node Ray cluster, all on this machine (ray.cluster_utils):
+the same crew.toml as locally but for `[crew] executor`, the verbs and contacts reaching remote
+workers, cancel confirmed on the node, and a node lost mid-run (`make test-ray`; skipped
+without the `ray` extra)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION
+from leaders import Leader, eventually, store_of, write_crew
+
+from crew import verbs
+from crew.paths import Home
+from crew.procs.liveness import is_zombie
+from crew.registry import EventType, TaskStatus
+from crew.store.runstore import RunStore
+from crew.waiting import Until, wait_for_run
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytestmark = pytest.mark.ray
+
+#: Worker nodes of the test cluster (the head runs no worker: it has no CPU to give).
+NODES = 3
+NODE_CPUS = 2
+#: Ray's cluster may take its time on a busy 2-core machine.
+SLOW = 90.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    made = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(NODES):
+        made.add_node(num_cpus=NODE_CPUS)
+    made.wait_for_nodes()
+    yield made
+    made.shutdown()
+
+
+@pytest.fixture
+def on_cluster(cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    return cluster
+
+
+def crew(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crew", *args], capture_output=True, text=True, check=False
+    )
+
+
+def events_of(store: RunStore) -> list[Any]:
+    return list(store.events().records)
+
+
+def log_of(store: RunStore, task: str) -> str:
+    path = store.paths.log(task)
+    return path.read_text() if path.exists() else ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not is_zombie(pid)
+
+
+SDK_AGENT = Path(__file__).parent / "workers" / "sdk_agent.py"
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_the_same_crew_runs_here_and_on_the_cluster_with_every_verb(
+    tmp_path: Path, home: Home, executor: str, request: pytest.FixtureRequest
+) -> None:
+    if executor == "ray":
+        request.getfixturevalue("on_cluster")
+    (tmp_path / "crew.toml").write_text(
+        f'[crew]\nexecutor = "{executor}"\n'
+        f'[agents.sdk]\ncommand = ["{sys.executable}", "{SDK_AGENT}"]\n'
+        f'[agents.w]\ncommand = ["{sys.executable}", "{Path(__file__).parent / "workers" / "scripted.py"}", "{{prompt}}"]\n'
+        '[[tasks]]\nid = "coder"\nagent = "sdk"\nprompt = "code"\n'
+        '[[tasks]]\nid = "helper"\nagent = "w"\n'
+        'prompt = "ask:need_input:which branch? ; read ; ack ; await:nudge ; exit:0"\n'
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    wait_for_run(store, Until.WAITING, task_id="coder", timeout=SLOW)
+    verbs.respond(store, "coder", "sqlite", session=SESSION)  # a contact, answered
+    job = verbs.follow_up(store, "coder", "add the users table", session=SESSION).message
+    eventually(lambda: "working on add the users table" in log_of(store, "coder"), SLOW)
+    verbs.steer(store, "coder", "use uuids for ids", session=SESSION)  # the attention loop
+    wait_for_run(store, Until.WAITING, task_id="helper", timeout=SLOW)
+    verbs.respond(store, "helper", "main", session=SESSION)
+    eventually(lambda: "got respond main" in log_of(store, "helper"), SLOW)
+    verbs.nudge(store, "helper", session=SESSION)
+
+    assert leader.finish(timeout=SLOW) == 0, leader.err
+    coder = log_of(store, "coder")
+    assert "preempted by use uuids for ids" in coder and f"resumed {job.body}" in coder
+    assert "got nudge" in log_of(store, "helper")
+    state = store.state()
+    placed = [e for e in events_of(store) if e.type is EventType.TASK_PLACED]
+    if executor == "ray":
+        node_ids = {n.node_id[:8] for n in request.getfixturevalue("cluster").worker_nodes}
+        assert {t.node.split("@")[0] for t in state.task_list() if t.node} <= node_ids
+        assert {e.task_id for e in placed} == {"coder", "helper"}
+    else:
+        assert not placed and all(t.node is None for t in state.task_list())
+
+
+def test_status_shows_the_node_and_pid_of_each_remote_worker(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    go = tmp_path / "go"
+    write_crew(
+        tmp_path, [{"id": "t", "prompt": f"say:up ; until:{go} ; exit:0"}], crew={"executor": "ray"}
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    task = eventually(lambda: (t := store.state().task("t")).node and t, SLOW)
+    shown = crew("status", leader.run_id).stdout
+    header = next(line for line in shown.splitlines() if line.startswith("TASK"))
+    row = next(line for line in shown.splitlines() if line.startswith("t "))
+    assert "WHERE" in header and f"{task.node} pid {task.pid}" in row
+    eventually(lambda: "up" in log_of(store, "t"), SLOW)  # output streamed as it comes
+    assert not go.exists()
+    go.touch()
+    assert leader.finish(timeout=SLOW) == 0, leader.err
+    logs = crew("logs", leader.run_id).stdout
+    assert "t | up" in logs
+
+
+def test_cancel_reaches_the_remote_process_and_is_confirmed(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "say:up ; sleep:600"}], crew={"executor": "ray"})
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    task = eventually(lambda: (t := store.state().task("t")).pid and t, SLOW)
+    eventually(lambda: "up" in log_of(store, "t"), SLOW)
+    assert alive(task.pid)  # the cluster's nodes are processes of this machine
+
+    cancelled = crew("cancel", leader.run_id, "t")
+    assert cancelled.returncode == 0, cancelled.stderr
+    leader.finish(timeout=SLOW)
+    assert store.state().task("t").status is TaskStatus.CANCELLED
+    assert not alive(task.pid)  # the leader waited for its exit, which came from the node
+
+
+def test_a_command_missing_on_the_node_fails_the_attempt_with_why(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": "t", "prompt": "x"}],
+        crew={"executor": "ray"},
+        command=["no-such-program-here"],
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=SLOW) == 1
+    task = store_of(home, leader.run_id).state().task("t")
+    assert task.status is TaskStatus.FAILED
+    assert task.error == (
+        "cannot start 'no-such-program-here' on its node: No such file or directory: "
+        "no-such-program-here"
+    )
+
+
+def test_a_node_lost_mid_run_requeues_its_task_elsewhere_and_nothing_is_lost(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    go = tmp_path / "go"
+    script = f"await:steer ; until:{go} ; exit:0"
+    write_crew(
+        tmp_path,
+        [{"id": name, "prompt": script} for name in ("a", "b", "c")],
+        crew={"executor": "ray"},
+        agent={"resources": {"cpus": NODE_CPUS}},  # one worker a node
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: all(t.node for t in store.state().task_list()), SLOW)
+    steers = {
+        name: verbs.steer(store, name, f"keep {name}", session=SESSION).message.id
+        for name in ("a", "b", "c")
+    }
+    eventually(lambda: all(f"got steer keep {n}" in log_of(store, n) for n in "abc"), SLOW)
+    lost_node = store.state().task("a").node
+    assert lost_node is not None
+    doomed = next(n for n in on_cluster.worker_nodes if n.node_id.startswith(lost_node[:8]))
+
+    on_cluster.remove_node(doomed, allow_graceful=False)  # as a machine that dies
+    interrupted = eventually(
+        lambda: [e for e in events_of(store) if e.type is EventType.TASK_INTERRUPTED], SLOW
+    )
+    assert interrupted[0].task_id == "a" and lost_node in (interrupted[0].message or "")
+    go.touch()
+    assert leader.finish(timeout=SLOW) == 0, leader.err
+    assert "raylet" not in (leader.out + leader.err).lower()  # Ray's own messages stay out
+
+    state = store.state()
+    a = state.task("a")
+    # Until Ray declares the node dead, a new attempt may be placed on it, and lost too: every
+    # attempt after the first was interrupted, none failed, and the last ran elsewhere.
+    assert a.status is TaskStatus.COMPLETED and a.attempt >= 2 and a.failures == 0
+    assert a.node is not None and a.node != lost_node
+    interrupted = [e for e in events_of(store) if e.type is EventType.TASK_INTERRUPTED]
+    assert [e.task_id for e in interrupted] == ["a"] * (a.attempt - 1)
+    assert all(state.task(name).attempt == 1 for name in ("b", "c"))
+    # Its steer was given again to each next attempt; the last one acknowledged it.
+    assert log_of(store, "a").count("got steer keep a") >= 2
+    shown = crew("mailbox", leader.run_id, "--json")
+    messages = json.loads(shown.stdout)
+    assert {m["id"] for m in messages} == set(steers.values())
+    assert {m["status"] for m in messages} == {"acknowledged"}
+    given_again = [e for e in events_of(store) if e.type is EventType.MAILBOX_CARRIED]
+    assert len(given_again) == a.attempt - 1
+    assert all(steers["a"] in (e.message or "") for e in given_again)
