@@ -7,7 +7,16 @@ from crew.config import CrewConfig
 from crew.executors.base import Executor, Handle
 from crew.registry import ExecutorKind
 
-__all__ = ["Executor", "Handle", "open_executor"]
+__all__ = ["Executor", "Handle", "check_executor", "open_executor"]
+
+
+def check_executor(config: CrewConfig) -> None:
+    """What a run needs of its executor, checked before the run is made, cheaply (Ray is not
+    imported): ExecutorUnavailable when it is missing or its cluster is down."""
+    if config.crew.executor is ExecutorKind.RAY:
+        from crew.executors.ray import check
+
+        check(config.ray)
 
 
 def open_executor(config: CrewConfig) -> Executor:

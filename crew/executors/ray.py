@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib.util
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Coroutine
 from typing import Any, BinaryIO
@@ -33,6 +35,9 @@ from crew.registry import RayWorkspace
 _READ = 65536
 #: Calls an actor runs at once: its output stream, a write, a signal.
 _CONCURRENCY = 4
+#: How long the cluster's address may take to accept a connection.
+_CONNECT_TIMEOUT = 10.0
+_ADDRESS_HINT = "Check RAY_ADDRESS or crew.toml's [ray] address, and that the cluster is up."
 
 
 class RayHandle:
@@ -157,15 +162,10 @@ class RayExecutor:
     @classmethod
     def connect(cls, section: RaySection) -> RayExecutor:
         """Join the cluster (RAY_ADDRESS, else `[ray] address`, else a Ray of the leader's own)."""
-        try:
-            import ray
-            from ray import cloudpickle
-        except ImportError:
-            raise ExecutorUnavailable(
-                'crew.toml says executor = "ray", but Ray is not installed here.',
-                hint="Install it with `pip install 'crew[ray]'`.",
-            ) from None
-        address = os.environ.get("RAY_ADDRESS") or section.address
+        address = check(section)
+        import ray
+        from ray import cloudpickle
+
         _quiet(ray)
         try:
             if not ray.is_initialized():
@@ -181,7 +181,7 @@ class RayExecutor:
             where = f"at {address}" if address else "on this machine"
             raise ExecutorUnavailable(
                 f"Cannot reach the Ray cluster {where}: {_first_line(error)}",
-                hint="Check RAY_ADDRESS or crew.toml's [ray] address, and that the cluster is up.",
+                hint=_ADDRESS_HINT,
             ) from None
         # Shipped by value: the nodes need Ray, not crew.
         cloudpickle.register_pickle_by_value(ray_node)
@@ -354,6 +354,31 @@ async def _ready(loop: asyncio.AbstractEventLoop, fd: int, add: Any, remove: Any
         await ready
     finally:
         remove(fd)
+
+
+def check(section: RaySection) -> str | None:
+    """That Ray is installed and the cluster's address takes a connection, before a run is
+    made (without importing Ray, nor joining the cluster); the address. `ray.init` would retry
+    an address that is down for minutes, printing warnings of its own."""
+    if importlib.util.find_spec("ray") is None:
+        raise ExecutorUnavailable(
+            'crew.toml says executor = "ray", but Ray is not installed here.',
+            hint="Install it with `pip install 'crew[ray]'`.",
+        )
+    address = os.environ.get("RAY_ADDRESS") or section.address
+    if not address or address == "auto":  # Ray's to find, or to start
+        return address
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        if not host or not port.isdigit():
+            raise ValueError(f"{address!r} is not a host:port address")
+        with socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT):
+            return address
+    except (OSError, ValueError) as error:
+        raise ExecutorUnavailable(
+            f"Cannot reach the Ray cluster at {address}: {_first_line(error)}",
+            hint=_ADDRESS_HINT,
+        ) from None
 
 
 def _quiet(ray: Any) -> None:

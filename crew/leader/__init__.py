@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from crew.config import load_config
 from crew.domain.runs import create_run
 from crew.errors import CrewError, ExitCode, StoreError, error_for
+from crew.executors import check_executor
 from crew.paths import Home
 from crew.results.leading import Led
 from crew.session import Actor, as_actor
@@ -39,6 +40,7 @@ def start_run(home: Home, config_path: Path, *, session: str | Actor) -> RunStor
 
         check_worker(actor.worker, home)
     config = load_config(config_path)
+    check_executor(config)  # a cluster that is down: an error now, and no run left behind
     return create_run(home, config, crew_dir=config_path.parent.resolve(), session=actor)
 
 

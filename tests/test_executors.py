@@ -1,0 +1,107 @@
+"""Choosing what runs the workers (`[crew] executor`): a Ray executor that cannot be used is a
+clear error before any run is made; resources and `[ray]` are checked like every other key.
+Ray itself is not needed here (tests/test_ray.py runs a real cluster)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from leaders import write_crew
+
+from crew.paths import Home
+
+
+def crew_run(tmp_path: Path, *, fake_ray: bool, **env: str) -> subprocess.CompletedProcess[str]:
+    """`crew run` of a Ray crew, with an empty stand-in `ray` package on the path (`fake_ray`),
+    enough for the check that Ray is installed, or with Ray hidden (`fake_ray=False`)."""
+    write_crew(tmp_path, [{"id": "t", "prompt": "say:hi"}], crew={"executor": "ray"})
+    stand_in = tmp_path / "site"
+    package = stand_in / "ray"
+    package.mkdir(parents=True)
+    if fake_ray:
+        (package / "__init__.py").write_text("")
+    else:  # a path entry where `import ray` finds nothing, ahead of any installed Ray
+        package.rmdir()
+        (stand_in / "sitecustomize.py").write_text(
+            "import sys\nsys.modules['ray'] = None  # as if Ray were not installed\n"
+        )
+    variables = {**os.environ, "PYTHONPATH": str(stand_in), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--no-input"],
+        cwd=tmp_path, env=variables, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # nothing listens there once it is closed
+
+
+def test_a_cluster_that_is_down_is_an_error_at_once_and_no_run_is_made(
+    tmp_path: Path, home: Home
+) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    result = crew_run(tmp_path, fake_ray=True, RAY_ADDRESS=address)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"crew: error: Cannot reach the Ray cluster at {address}: [Errno 111] Connection refused\n"
+        "Check RAY_ADDRESS or crew.toml's [ray] address, and that the cluster is up.\n"
+    )
+    assert not home.runs_dir.exists() or not any(home.runs_dir.iterdir())
+
+
+def test_an_address_that_is_not_host_and_port_is_named(tmp_path: Path, home: Home) -> None:
+    result = crew_run(tmp_path, fake_ray=True, RAY_ADDRESS="head-node")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "crew: error: Cannot reach the Ray cluster at head-node: 'head-node' is not a host:port "
+        "address\n"
+    )
+
+
+def test_ray_not_installed_says_how_to_install_it(tmp_path: Path, home: Home) -> None:
+    result = crew_run(tmp_path, fake_ray=False, RAY_ADDRESS="127.0.0.1:1")
+    assert result.returncode == 1
+    assert result.stderr == (
+        'crew: error: crew.toml says executor = "ray", but Ray is not installed here.\n'
+        "Install it with `pip install 'crew[ray]'`.\n"
+    )
+    assert not home.runs_dir.exists() or not any(home.runs_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ({"crew": {"executor": "slurm"}}, "crew.executor"),
+        ({"ray": {"workspace": "git"}}, 'workspace = "git" needs `repo`'),
+        ({"ray": {"adress": "auto"}}, "ray.adress"),
+        ({"agents": {"w": {"resources": {"cpus": -1}}}}, "agents.w.resources.cpus"),
+        ({"agents": {"w": {"resources": {"memory": "lots"}}}}, "agents.w.resources.memory"),
+        ({"agents": {"w": {"resources": {"custom": {"licence": -2}}}}}, "licence"),
+    ],
+)
+def test_executor_keys_are_checked_like_any_other(
+    tmp_path: Path, document: dict[str, dict[str, object]], said: str
+) -> None:
+    from crew.config import parse_config
+    from crew.config_checks import InvalidConfig
+
+    agents = {"w": {"command": "echo", **document.get("agents", {}).get("w", {})}}
+    whole = {**document, "agents": agents, "tasks": [{"id": "t", "agent": "w", "prompt": "p"}]}
+    with pytest.raises(InvalidConfig) as raised:
+        parse_config(whole)
+    assert said in str(raised.value)
+
+
+def test_resources_become_rays_names() -> None:
+    from crew.config import Resources
+
+    wanted = Resources.model_validate({"cpus": 0.5, "memory": "2GiB", "custom": {"licence": 1}})
+    assert wanted.as_dict() == {"CPU": 0.5, "GPU": 0.0, "licence": 1.0, "memory": 2 * 1024**3}
+    assert Resources().as_dict() == {"CPU": 1.0, "GPU": 0.0}
