@@ -224,3 +224,72 @@ def test_a_node_lost_mid_run_requeues_its_task_elsewhere_and_nothing_is_lost(
     given_again = [e for e in events_of(store) if e.type is EventType.MAILBOX_CARRIED]
     assert len(given_again) == a.attempt - 1
     assert all(steers["a"] in (e.message or "") for e in given_again)
+
+
+def ray_crew(folder: Path, command: str, ray: str, *, agent: str = "") -> None:
+    """A crew of one `sh -c COMMAND` task on the cluster, with `[ray]` keys `ray`."""
+    (folder / "crew.toml").write_text(
+        '[crew]\nexecutor = "ray"\n'
+        f"[ray]\n{ray}\n"
+        f'[agents.sh]\ncommand = ["sh", "-c", {json.dumps(command)}]\nprotocol = "text"\n{agent}\n'
+        '[[tasks]]\nid = "t"\nagent = "sh"\nprompt = "x"\n'
+    )
+
+
+def test_an_uploaded_workspace_is_a_copy_on_the_node(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data.txt").write_text("from the leader's folder\n")
+    ray_crew(
+        tmp_path,
+        "pwd; cat data.txt; echo changed > data.txt",
+        'workspace = "upload"',
+        agent='cwd = "work"',
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    assert leader.finish(timeout=SLOW) == 0, store.state().task("t").error
+    where, said = log_of(store, "t").splitlines()[:2]
+    assert said == "from the leader's folder"
+    assert Path(where) != work  # Ray's copy of it
+    assert (work / "data.txt").read_text() == "from the leader's folder\n"  # changes stay there
+
+
+def test_a_git_workspace_is_a_clone_at_the_ref_removed_at_the_end(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "file.txt").write_text("on main\n")
+    subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "main"], check=True)
+    subprocess.run([*git, "-C", str(repo), "checkout", "-qb", "feature"], check=True)
+    (repo / "file.txt").write_text("on feature\n")
+    subprocess.run([*git, "-C", str(repo), "commit", "-qam", "feature"], check=True)
+    subprocess.run([*git, "-C", str(repo), "checkout", "-q", "main"], check=True)
+    ray_crew(tmp_path, "pwd; cat file.txt", f'workspace = "git"\nrepo = "{repo}"\nref = "feature"')
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=SLOW) == 0, leader.err
+    where, said = log_of(store_of(home, leader.run_id), "t").splitlines()[:2]
+    assert said == "on feature"
+    assert Path(where).name.startswith("crew-worker-")
+    eventually(lambda: not Path(where).exists(), SLOW)  # removed once the worker ended
+
+
+def test_a_git_ref_that_does_not_exist_fails_the_attempt_with_why(
+    tmp_path: Path, home: Home, on_cluster: Any
+) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), "commit", "-q",
+         "--allow-empty", "-m", "first"], check=True,
+    )  # fmt: skip
+    ray_crew(tmp_path, "true", f'workspace = "git"\nrepo = "{repo}"\nref = "no-such-ref"')
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=SLOW) == 1
+    error = store_of(home, leader.run_id).state().task("t").error or ""
+    assert error.startswith("cannot start 'sh' on its node: ") and "no-such-ref" in error

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from crew.config import CrewConfig
 from crew.executors.base import Executor, Handle
+from crew.paths import Home
 from crew.registry import ExecutorKind
 
 __all__ = ["Executor", "Handle", "check_executor", "open_executor"]
@@ -19,13 +20,13 @@ def check_executor(config: CrewConfig) -> None:
         check(config.ray)
 
 
-def open_executor(config: CrewConfig) -> Executor:
-    """The executor crew.toml names, ready to start workers (ExecutorUnavailable when it cannot
-    be reached: Ray not installed, a cluster that is down)."""
+def open_executor(config: CrewConfig, home: Home) -> Executor:
+    """The executor crew.toml names for a run of `home`, ready to start workers
+    (ExecutorUnavailable when it cannot be reached: Ray not installed, a cluster that is down)."""
     if config.crew.executor is ExecutorKind.RAY:
         from crew.executors.ray import RayExecutor
 
-        return RayExecutor.connect(config.ray)
+        return RayExecutor.connect(config.ray, home)
     from crew.executors.local import LocalExecutor
 
     return LocalExecutor()

@@ -22,12 +22,14 @@ import signal
 import socket
 import threading
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from crew.config import RaySection
 from crew.errors import ExecutorUnavailable
 from crew.executors import ray_node
 from crew.leader import spawn
+from crew.paths import Home
 from crew.procs import tree
 from crew.registry import RayWorkspace
 
@@ -151,26 +153,31 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, section: RaySection, actor_class: Any) -> None:
+    def __init__(self, section: RaySection, actor_class: Any, uploaded: Path | None) -> None:
         self._section = section
         self._actor_class = actor_class
+        self._uploaded = uploaded
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crew-ray-bridge")
         self._thread.daemon = True
         self._thread.start()
 
     @classmethod
-    def connect(cls, section: RaySection) -> RayExecutor:
-        """Join the cluster (RAY_ADDRESS, else `[ray] address`, else a Ray of the leader's own)."""
+    def connect(cls, section: RaySection, home: Home) -> RayExecutor:
+        """Join the cluster (RAY_ADDRESS, else `[ray] address`, else a Ray of the leader's own).
+        With `workspace = "upload"`, the home's project folder goes to the cluster (Ray uploads
+        a folder for a whole job only), without the home itself."""
         address = check(section)
         import ray
         from ray import cloudpickle
 
         _quiet(ray)
+        uploaded = home.project_dir.resolve() if section.workspace is RayWorkspace.UPLOAD else None
         try:
             if not ray.is_initialized():
                 ray.init(
                     address=address,
+                    runtime_env=_uploading(uploaded, home) if uploaded else None,
                     namespace="crew",
                     log_to_driver=False,
                     logging_level=logging.ERROR,
@@ -186,7 +193,7 @@ class RayExecutor:
         # Shipped by value: the nodes need Ray, not crew.
         cloudpickle.register_pickle_by_value(ray_node)
         actor_class = ray.remote(max_concurrency=_CONCURRENCY)(ray_node.NodeProcess)
-        return cls(section, actor_class)
+        return cls(section, actor_class, uploaded)
 
     def start(
         self,
@@ -210,8 +217,6 @@ class RayExecutor:
         }
         if "memory" in resources:
             options["memory"] = int(resources["memory"])
-        if self._section.workspace is RayWorkspace.UPLOAD:
-            options["runtime_env"] = {"working_dir": str(launch.cwd)}
         actor = self._actor_class.options(**options).remote(
             self._remote_launch(launch, merge_stderr)
         )
@@ -234,6 +239,11 @@ class RayExecutor:
         changed = {k: v for k, v in launch.env.items() if os.environ.get(k) != v}
         section = self._section
         workspace = {"kind": str(section.workspace), "repo": section.repo, "ref": section.ref}
+        if self._uploaded is not None:  # where the worker's folder is in the uploaded copy
+            folder = launch.cwd.resolve()
+            if not folder.is_relative_to(self._uploaded):
+                raise ValueError(f"its folder {folder} is outside the uploaded {self._uploaded}")
+            workspace["within"] = str(folder.relative_to(self._uploaded))
         return {
             "argv": launch.argv,
             "cwd": str(launch.cwd),
@@ -354,6 +364,13 @@ async def _ready(loop: asyncio.AbstractEventLoop, fd: int, add: Any, remove: Any
         await ready
     finally:
         remove(fd)
+
+
+def _uploading(folder: Path, home: Home) -> dict[str, Any]:
+    """The job's runtime environment that uploads `folder`, the home (the run's state) left out."""
+    state = home.root.resolve()
+    kept_out = [f"/{state.relative_to(folder)}/"] if state.is_relative_to(folder) else []
+    return {"working_dir": str(folder), "excludes": kept_out}
 
 
 def check(section: RaySection) -> str | None:

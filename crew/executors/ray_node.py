@@ -104,11 +104,13 @@ class NodeProcess:
                     else:
                         selector.unregister(key.fd)
                         del streams[key.fd]
-            yield (0, process.wait())
+            status = process.wait()
+            _end_group(process.pid)
+            self._clean_up()  # before the last item: the leader stops reading at it
+            yield (0, status)
         finally:
             selector.close()
             os.close(exit_fd)
-            self._clean_up()
 
     def write(self, data: bytes) -> bool:
         """Write to its stdin; False once the worker has closed it."""
@@ -144,8 +146,8 @@ class NodeProcess:
         """The folder the worker runs in: the leader's (shared), the uploaded copy Ray made the
         actor's working folder (upload), or a fresh clone of a repository (git)."""
         workspace = launch["workspace"]
-        if workspace["kind"] == "upload":
-            return os.getcwd()
+        if workspace["kind"] == "upload":  # Ray made the job's copy the actor's folder
+            return os.path.join(os.getcwd(), workspace["within"])
         if workspace["kind"] == "git":
             self.workdir = tempfile.mkdtemp(prefix="crew-worker-")
             subprocess.run(
@@ -166,6 +168,12 @@ class NodeProcess:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+
+
+def _end_group(pid: int) -> None:
+    """The worker exited: what it left running in its group is the task's no longer."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGTERM)
 
 
 def _drain(fd: int, number: int) -> Iterator[Item]:

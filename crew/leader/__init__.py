@@ -106,7 +106,9 @@ def become_leader(
     from crew.leader.loop import Leader
     from crew.leader.takeover import claim
 
-    executor = open_executor(store.state().run.config)  # before the lease: a cluster may be down
+    executor = open_executor(
+        store.state().run.config, store.paths.home
+    )  # before the lease: a cluster may be down
     try:
         takeover = claim(store, session=session, force=options.force, resume=options.resume)
         return Leader(
