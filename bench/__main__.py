@@ -11,7 +11,18 @@ import time
 from pathlib import Path
 
 import crew
-from bench import cli, delivery, history, leader_load, mcp, notify, oneshot, storage, store
+from bench import (
+    cli,
+    delivery,
+    history,
+    leader_load,
+    mcp,
+    notify,
+    oneshot,
+    ray_scale,
+    storage,
+    store,
+)
 from bench.common import Row
 
 BENCHMARKS = {
@@ -24,6 +35,7 @@ BENCHMARKS = {
     "cli": cli.run,
     "storage": storage.run,
     "mcp": mcp.run,
+    "ray": ray_scale.run,  # skipped, no rows, without Ray
 }
 RESULTS = Path(__file__).with_name("results.json")
 
