@@ -27,6 +27,10 @@ spawn → the worker read it, and the leader's share (`sentAt` → read), as ben
 measures them; and each leader's CPU over the steers, per message (which includes what the
 leader spends idle over that span: see (b)).
 
+(d) Output: one worker that prints COUNT lines of 80 bytes, one write each, as fast as it can,
+once it is told to go: the leader's CPU per line from the go to the last byte in the task's
+log, and the lines a second that reach the log, local and Ray.
+
 Every row's goal is "report": these are measurements for docs/scale-out.md, not thresholds.
 """
 
@@ -429,6 +433,77 @@ def _delivery(folder: Path, *, count: int, warmup: int) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------------------- (d) output
+
+#: Prints `ready`, waits for the go file, then COUNT lines of 80 bytes, one write each.
+OUTPUT = """\
+import os, sys, time
+
+go, count = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.01)
+line = b"x" * 79 + b"\\n"
+for _ in range(count):
+    os.write(1, line)
+"""
+
+
+def _output(folder: Path, *, count: int) -> list[Row]:
+    script = write_script(folder, "output.py", OUTPUT)
+    cpu: dict[str, float] = {}
+    rate: dict[str, float] = {}
+    for executor in EXECUTORS:
+        where = folder / executor
+        where.mkdir()
+        home = new_home(where)
+        go = where / "go"
+        argv = [PYTHON, "-S", str(script), str(go), str(count)]
+        crew_toml = _crew_toml(where, argv, executor=executor, tasks=1, max_parallel=1)
+        with foreground_run(home, crew_toml) as (store, pid):
+            _all_placed(store, executor)
+            log = store.paths.log("t1")
+            expected = len(b"ready\n") + 80 * count
+            _until_size(log, len(b"ready\n"))
+            time.sleep(1.0)  # the start-up's writes settle
+            before, start = cpu_ns(pid), time.perf_counter()
+            go.touch()
+            _until_size(log, expected)
+            rate[executor] = count / (time.perf_counter() - start)
+            cpu[executor] = (cpu_ns(pid) - before) / 1e9 / count
+    rows = []
+    for executor in EXECUTORS:
+        base = executor == "local"
+        rows += [
+            Row(
+                BENCHMARK,
+                f"output: {executor} leader CPU per 80-byte line ({count} lines, one write each)",
+                f"{cpu[executor] * 1e6:.1f} µs",
+                "1.00× (baseline)" if base else _ratio(cpu["ray"], cpu["local"]),
+                GOAL,
+                {"cpuPerLineSeconds": cpu[executor], "lines": count},
+            ),
+            Row(
+                BENCHMARK,
+                f"output: {executor}, lines a second into the task's log",
+                f"{rate[executor]:,.0f}/s",
+                "1.00× (baseline)" if base else _ratio(rate["ray"], rate["local"]),
+                GOAL,
+                {"linesPerSecond": rate[executor]},
+            ),
+        ]
+    return rows
+
+
+def _until_size(path: Path, size: int, timeout: float = SLOW) -> None:
+    """Until the file at `path` holds `size` bytes (a worker's log, written by the leader)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() or path.stat().st_size < size:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not done in {timeout:g}s")
+        time.sleep(0.005)
+
+
 def run(quick: bool = False) -> list[Row]:
     if not available():
         print("skipping ray: Ray is not installed (pip install 'crew[ray]')", file=sys.stderr)
@@ -436,6 +511,7 @@ def run(quick: bool = False) -> list[Row]:
     tasks, rounds = (20, 1) if quick else (200, 2)
     workers, windows, seconds = (10, 2, 2.0) if quick else (50, 6, 5.0)
     count, warmup = (10, 2) if quick else (50, 3)
+    lines = 2_000 if quick else 100_000
     _raise_open_files()
     with (
         cluster() as address,
@@ -443,11 +519,14 @@ def run(quick: bool = False) -> list[Row]:
         tempfile.TemporaryDirectory(prefix="crew-bench-") as name,
     ):
         folder = Path(name)
-        for part in ("start", "idle", "delivery"):
+        for part in ("start", "idle", "idle-few", "delivery", "output"):
             (folder / part).mkdir()
         rows = _start_up(folder / "start", tasks=tasks, rounds=rounds)
+        if not quick:  # a second size: what one more idle worker costs
+            rows += _idle(folder / "idle-few", workers=10, windows=windows, seconds=seconds)
         rows += _idle(folder / "idle", workers=workers, windows=windows, seconds=seconds)
         rows += _delivery(folder / "delivery", count=count, warmup=warmup)
+        rows += _output(folder / "output", count=lines)
     return rows
 
 
