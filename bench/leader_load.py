@@ -15,7 +15,6 @@ workers with pipes, reads their output and waits for all of them.
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +38,7 @@ from bench.crews import (
     write_crew,
     write_script,
 )
+from crew.procs import raise_open_files
 from crew.registry import TaskStatus
 
 IDLE_WORKERS = 50
@@ -216,17 +216,10 @@ def _launcher_rows(walls: dict[str, list[float]], cpus: dict[str, list[float]]) 
     ]
 
 
-def _raise_open_files() -> None:
-    """A leader holds pipes to every worker: allow as many descriptors as the system lets."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def run(quick: bool = False) -> list[Row]:
     windows, seconds = (2, 2.0) if quick else (6, 5.0)
     sizes, rounds = ([200, 500], 1) if quick else ([200, 500, 1_000, 2_000], 2)
-    _raise_open_files()
+    raise_open_files()
     with (
         environment(CREW_FSYNC="0"),
         tempfile.TemporaryDirectory(prefix="crew-bench-") as name,

@@ -68,8 +68,9 @@ from bench.crews import (
     write_script,
 )
 from bench.delivery import READER, Samples, _steer
-from bench.leader_load import IDLE, TRIVIAL, _raise_open_files
+from bench.leader_load import IDLE, TRIVIAL
 from bench.spawner import Command, spawner
+from crew.procs import raise_open_files
 from crew.registry import Box, TaskStatus
 from crew.store.runstore import RunStore
 
@@ -512,7 +513,7 @@ def run(quick: bool = False) -> list[Row]:
     workers, windows, seconds = (10, 2, 2.0) if quick else (50, 6, 5.0)
     count, warmup = (10, 2) if quick else (50, 3)
     lines = 2_000 if quick else 100_000
-    _raise_open_files()
+    raise_open_files()
     with (
         cluster() as address,
         environment(CREW_FSYNC="0", RAY_ADDRESS=address),

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from typing import Any
 Item = tuple[int, bytes | int]
 
 _READ = 65536
+#: The most one stream item carries, and the least time between two items of a worker.
+_GATHER = 1024 * 1024
+_GAP = 0.002
 _PR_SET_PDEATHSIG = 1
 
 
@@ -85,7 +89,9 @@ class NodeProcess:
         selector = selectors.DefaultSelector()
         streams = {s.fileno(): n for n, s in ((1, process.stdout), (2, process.stderr)) if s}
         for fd in streams:
+            os.set_blocking(fd, False)
             selector.register(fd, selectors.EVENT_READ)
+        last = 0.0
         exit_fd = os.pidfd_open(process.pid)
         selector.register(exit_fd, selectors.EVENT_READ)
         try:
@@ -94,13 +100,21 @@ class NodeProcess:
                     if key.fd == exit_fd:  # exited: what its pipes hold now, and no more
                         selector.unregister(exit_fd)
                         for fd, number in list(streams.items()):
-                            os.set_blocking(fd, False)
                             yield from _drain(fd, number)
                         streams.clear()
                         break
-                    data = os.read(key.fd, _READ)
+                    data = _read(key.fd, _READ)
+                    if data is None:
+                        continue
                     if data:
+                        # Ray's cost is per item: output that comes fast goes in fewer, larger
+                        # items, at most one per _GAP (a line on its own goes at once).
+                        wait = last + _GAP - time.monotonic()
+                        if wait > 0:
+                            time.sleep(wait)
+                            data += _read(key.fd, _GATHER - len(data)) or b""
                         yield (streams[key.fd], data)
+                        last = time.monotonic()
                     else:
                         selector.unregister(key.fd)
                         del streams[key.fd]
@@ -176,14 +190,28 @@ def _end_group(pid: int) -> None:
         os.killpg(pid, signal.SIGTERM)
 
 
-def _drain(fd: int, number: int) -> Iterator[Item]:
-    while True:
+def _read(fd: int, limit: int) -> bytes | None:
+    """What the pipe holds now, up to `limit` (b"" at its end; None if it holds nothing)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
         try:
-            data = os.read(fd, _READ)
-        except (BlockingIOError, OSError):
-            return
+            data = os.read(fd, min(_READ, limit - size))
+        except BlockingIOError:
+            break
+        except OSError:
+            data = b""
         if not data:
-            return
+            if not chunks:
+                return b""
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks) if chunks else None
+
+
+def _drain(fd: int, number: int) -> Iterator[Item]:
+    while data := _read(fd, _GATHER):
         yield (number, data)
 
 

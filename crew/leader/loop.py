@@ -38,6 +38,7 @@ from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
+from crew.procs import raise_open_files
 from crew.registry import LIVE_TASK_STATUSES, RunStatus
 from crew.store.lock import patience
 from crew.store.runstore import RunStore
@@ -91,6 +92,7 @@ class Leader:
 
     def lead(self) -> ExitCode:
         """Run the loop until the run ends; returns the exit code."""
+        raise_open_files()
         self.wakeups.start()
         # leader.json says how this leader notices writes (`crew status` warns about polling).
         self.health.lease = self.health.lease.model_copy(update={"watcher": self.wakeups.kind})

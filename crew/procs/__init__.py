@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import time
@@ -197,3 +198,13 @@ class _ExitWaiter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def raise_open_files() -> None:
+    """Allow this process as many descriptors as the system lets it have: a leader holds pipes
+    to every worker (four a local one, up to eight a remote one), and a soft limit of 1024 would
+    hold back a crew of a few hundred."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
