@@ -8,12 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from leaders import write_crew
 
 from crew.paths import Home
+from crew.store.runstore import RunStore
 
 
 def crew_run(tmp_path: Path, *, fake_ray: bool, **env: str) -> subprocess.CompletedProcess[str]:
@@ -105,3 +107,67 @@ def test_resources_become_rays_names() -> None:
     wanted = Resources.model_validate({"cpus": 0.5, "memory": "2GiB", "custom": {"licence": 1}})
     assert wanted.as_dict() == {"CPU": 0.5, "GPU": 0.0, "licence": 1.0, "memory": 2 * 1024**3}
     assert Resources().as_dict() == {"CPU": 1.0, "GPU": 0.0}
+
+
+def placed_run(make_run: Callable[..., RunStore]) -> RunStore:
+    """A run whose task `plan` runs on a Ray node (as the leader records it)."""
+    from crew.domain import change, tasks
+
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=None)
+    with change(store) as txn:
+        tasks.placed(txn, "plan", 1, node="c1c91b54@10.0.0.7", pid=4242)
+    return store
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_status_shows_where_each_remote_task_runs(
+    make_run: Callable[..., RunStore], fast: str
+) -> None:
+    store = placed_run(make_run)
+    shown = subprocess.run(
+        [sys.executable, "-m", "crew", "status", store.run_id],
+        capture_output=True, text=True, check=True, env={**os.environ, "CREW_FAST": fast},
+    ).stdout  # fmt: skip
+    lines = shown.splitlines()
+    header = next(line for line in lines if line.startswith("TASK"))
+    assert header.split() == [
+        "TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", "WHERE", "NOTE",
+    ]  # fmt: skip
+    plan = next(line for line in lines if line.startswith("plan "))
+    build = next(line for line in lines if line.startswith("build "))
+    assert "c1c91b54@10.0.0.7 pid 4242" in plan and build.split()[6] == "-"
+    task = store.state().task("plan")
+    assert (task.node, task.pid) == ("c1c91b54@10.0.0.7", 4242)
+    placed = [e for e in store.events().records if e.type.value == "task.placed"]
+    assert [e.message for e in placed] == ["task plan runs on node c1c91b54@10.0.0.7 (pid 4242)"]
+
+
+def test_a_local_run_has_no_where_column(make_run: Callable[..., RunStore]) -> None:
+    store = make_run()
+    shown = subprocess.run(
+        [sys.executable, "-m", "crew", "status", store.run_id],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "WHERE" not in shown
+
+
+def test_the_live_view_shows_where_each_remote_task_runs(
+    make_run: Callable[..., RunStore],
+) -> None:
+    from rich.console import Console
+
+    from crew.dashboard import Dashboard
+
+    store = placed_run(make_run)
+    board = Dashboard(store, session="someone", interactive=False, watching=True)
+    console = Console(width=160, record=True, color_system=None)
+    console.print(board.render(board.view()))
+    text = console.export_text()
+    assert "WHERE" in text and "c1c91b54@10.0.0.7 pid 4242" in text
+
+    local = Dashboard(make_run(), session="someone", interactive=False, watching=True)
+    console = Console(width=160, record=True, color_system=None)
+    console.print(local.render(local.view()))
+    assert "WHERE" not in console.export_text()

@@ -37,8 +37,11 @@ SLOW = 90.0
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     made = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    for _ in range(NODES):
-        made.add_node(num_cpus=NODE_CPUS)
+    nodes = [
+        made.add_node(num_cpus=NODE_CPUS, resources={"licence": 1} if index == 0 else {})
+        for index in range(NODES)
+    ]
+    made.licensed = nodes[0]  # the one node with a licence
     made.wait_for_nodes()
     yield made
     made.shutdown()
@@ -136,6 +139,20 @@ def test_status_shows_the_node_and_pid_of_each_remote_worker(
     assert leader.finish(timeout=SLOW) == 0, leader.err
     logs = crew("logs", leader.run_id).stdout
     assert "t | up" in logs
+
+
+def test_resources_decide_where_a_worker_runs(tmp_path: Path, home: Home, on_cluster: Any) -> None:
+    write_crew(
+        tmp_path,
+        [{"id": f"t{n}", "prompt": "say:licensed ; exit:0"} for n in range(3)],
+        crew={"executor": "ray"},
+        agent={"resources": {"cpus": 0.5, "custom": {"licence": 1}}},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=SLOW) == 0, leader.err
+    nodes = {t.node for t in store_of(home, leader.run_id).state().task_list()}
+    licensed = on_cluster.licensed.node_id[:8]
+    assert len(nodes) == 1 and all(n and n.startswith(licensed) for n in nodes)
 
 
 def test_cancel_reaches_the_remote_process_and_is_confirmed(

@@ -33,7 +33,7 @@ from crew.paths import Home
 from crew.procs import tree
 from crew.registry import RayWorkspace
 
-#: A worker's stdin writes in flight to its actor: the pipe holds the rest.
+#: The most of a worker's stdin one call to its actor carries.
 _READ = 65536
 #: Calls an actor runs at once: its output stream, a write, a signal.
 _CONCURRENCY = 4
