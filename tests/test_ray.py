@@ -310,3 +310,30 @@ def test_a_git_ref_that_does_not_exist_fails_the_attempt_with_why(
     assert leader.finish(timeout=SLOW) == 1
     error = store_of(home, leader.run_id).state().task("t").error or ""
     assert error.startswith("cannot start 'sh' on its node: ") and "no-such-ref" in error
+
+
+def test_how_an_attempt_ends_when_ray_cuts_it_short() -> None:
+    import ray.exceptions as errors
+
+    from crew.executors.ray import RayHandle, _lost_or_failed
+
+    handle = RayHandle(actor=None, program="sh", merge_stderr=True)
+    try:
+        handle.placed(4242, "c1c91b54@10.0.0.7")
+        lost = _lost_or_failed(handle, errors.ActorDiedError())
+        assert lost == {
+            "status": -9,
+            "lost": "node c1c91b54@10.0.0.7 was lost (Ray: ActorDiedError)",
+        }
+        broken = errors.RayTaskError("write", "Traceback…", OSError(5, "Input/output error"))
+        assert _lost_or_failed(handle, broken) == {
+            "status": 1,
+            "failure": "its Ray actor failed: OSError: [Errno 5] Input/output error",
+        }
+        bug = _lost_or_failed(handle, KeyError("pid"))  # the bridge's own bug: this task only
+        assert bug == {"status": 1, "failure": "its Ray actor failed: KeyError: 'pid'"}
+        handle.killed = True  # crew's own SIGKILL: an exit by signal, not a loss
+        assert _lost_or_failed(handle, errors.ActorDiedError()) == {"status": -9}
+    finally:
+        handle.end(1)
+        handle.close()

@@ -291,18 +291,20 @@ async def _stream_output(handle: RayHandle) -> int:
             return int(payload)
         fd = handle.err_w if number == 2 and handle.err_w is not None else handle.out_w
         await _write_all(fd, payload)
-    return 0
+    raise RuntimeError("its output ended without an exit status")
 
 
 def _lost_or_failed(handle: RayHandle, error: Exception) -> dict[str, Any]:
     """How an attempt ended that Ray cut short: killed (crew's SIGKILL), lost (its actor or
-    node went away: an interruption), or failed (crew's code on the node raised)."""
+    node went away: an interruption), or failed (crew's code on the node raised, or the bridge
+    itself: a bug kept to its task, as the leader keeps one)."""
     import ray.exceptions as errors
 
-    if isinstance(error, errors.RayTaskError):
-        return {"status": 1, "failure": f"its Ray actor failed: {_first_line(error)}"}
-    if not isinstance(error, errors.RayActorError | errors.ObjectLostError | errors.RaySystemError):
-        raise error
+    lost = (errors.RayActorError, errors.ObjectLostError, errors.RaySystemError)
+    if isinstance(error, errors.RayTaskError) or not isinstance(error, lost):
+        cause = getattr(error, "cause", None) or error  # a RayTaskError carries the original
+        said = f"{type(cause).__name__}: {_first_line(cause)}"
+        return {"status": 1, "failure": f"its Ray actor failed: {said}"}
     if handle.killed:
         return {"status": -signal.SIGKILL}
     where = f"node {handle.node}" if handle.node else "the node it was placed on"
