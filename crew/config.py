@@ -182,6 +182,9 @@ class TaskConfig(ConfigModel):
     """Tasks that must complete first; if one fails or is cancelled, this one is cancelled."""
     max_attempts: Annotated[int, Field(ge=1)] | None = None
     """Overrides the agent's maxAttempts."""
+    ref: str | None = None
+    """`[ray] workspace = "git"`: the branch, tag or commit its workers check out (default: the
+    `[ray] ref`)."""
 
 
 class LimitsConfig(ConfigModel):

@@ -32,6 +32,7 @@ from crew.config import (
 )
 from crew.config_salvage import known_keys, salvaged
 from crew.errors import UsageError
+from crew.registry import RayWorkspace
 from crew.text import clip
 
 
@@ -126,6 +127,7 @@ def check_document(document: dict[str, Any]) -> Checked:
         + _placeholder_problems(checked)
         + _launch_problems(checked)
         + _size_problems(checked)
+        + _workspace_problems(checked)
     )
     # A key the schema refused is not reported again from what it was left at.
     found = [p for p in found if not any(_within(p.key, s.key) for s in schema)]
@@ -252,6 +254,18 @@ def _reference_problems(config: CrewConfig) -> list[ConfigProblem]:
             message = f"unknown task {rule.task!r}"
             problems.append(ConfigProblem(f"autoRespond[{index}].task", message, hint))
     return problems
+
+
+def _workspace_problems(config: CrewConfig) -> list[ConfigProblem]:
+    """A task's git ref means something only where workers clone a repository."""
+    if config.ray.workspace is RayWorkspace.GIT:
+        return []
+    hint = 'set [ray] workspace = "git" and its repo, or remove the ref'
+    return [
+        ConfigProblem(f"tasks[{index}].ref", 'a ref is for [ray] workspace = "git"', hint)
+        for index, task in enumerate(config.tasks)
+        if task.ref is not None
+    ]
 
 
 def _find_cycle(config: CrewConfig) -> list[str] | None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from leaders import write_crew
@@ -83,19 +84,21 @@ def test_ray_not_installed_says_how_to_install_it(tmp_path: Path, home: Home) ->
         ({"crew": {"executor": "slurm"}}, "crew.executor"),
         ({"ray": {"workspace": "git"}}, 'workspace = "git" needs `repo`'),
         ({"ray": {"adress": "auto"}}, "ray.adress"),
+        ({"tasks": [{"id": "t", "agent": "w", "prompt": "p", "ref": "main"}]}, "tasks[0].ref"),
         ({"agents": {"w": {"resources": {"cpus": -1}}}}, "agents.w.resources.cpus"),
         ({"agents": {"w": {"resources": {"memory": "lots"}}}}, "agents.w.resources.memory"),
         ({"agents": {"w": {"resources": {"custom": {"licence": -2}}}}}, "licence"),
     ],
 )
 def test_executor_keys_are_checked_like_any_other(
-    tmp_path: Path, document: dict[str, dict[str, object]], said: str
+    tmp_path: Path, document: dict[str, Any], said: str
 ) -> None:
     from crew.config import parse_config
     from crew.config_checks import InvalidConfig
 
     agents = {"w": {"command": "echo", **document.get("agents", {}).get("w", {})}}
-    whole = {**document, "agents": agents, "tasks": [{"id": "t", "agent": "w", "prompt": "p"}]}
+    tasks = document.get("tasks", [{"id": "t", "agent": "w", "prompt": "p"}])
+    whole = {**document, "agents": agents, "tasks": tasks}
     with pytest.raises(InvalidConfig) as raised:
         parse_config(whole)
     assert said in str(raised.value)

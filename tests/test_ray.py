@@ -288,10 +288,14 @@ def test_a_git_workspace_is_a_clone_at_the_ref_removed_at_the_end(
     subprocess.run([*git, "-C", str(repo), "commit", "-qam", "feature"], check=True)
     subprocess.run([*git, "-C", str(repo), "checkout", "-q", "main"], check=True)
     ray_crew(tmp_path, "pwd; cat file.txt", f'workspace = "git"\nrepo = "{repo}"\nref = "feature"')
+    with (tmp_path / "crew.toml").open("a") as crew_toml:  # a second task, at a ref of its own
+        crew_toml.write('[[tasks]]\nid = "m"\nagent = "sh"\nprompt = "x"\nref = "main"\n')
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     assert leader.finish(timeout=SLOW) == 0, leader.err
-    where, said = log_of(store_of(home, leader.run_id), "t").splitlines()[:2]
+    store = store_of(home, leader.run_id)
+    where, said = log_of(store, "t").splitlines()[:2]
     assert said == "on feature"
+    assert log_of(store, "m").splitlines()[1] == "on main"
     assert Path(where).name.startswith("crew-worker-")
     eventually(lambda: not Path(where).exists(), SLOW)  # removed once the worker ended
 

@@ -26,7 +26,8 @@ def open_executor(config: CrewConfig, home: Home) -> Executor:
     if config.crew.executor is ExecutorKind.RAY:
         from crew.executors.ray import RayExecutor
 
-        return RayExecutor.connect(config.ray, home)
+        refs = {task.id: task.ref for task in config.tasks if task.ref is not None}
+        return RayExecutor.connect(config.ray, home, refs=refs)
     from crew.executors.local import LocalExecutor
 
     return LocalExecutor()

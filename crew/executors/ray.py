@@ -153,17 +153,27 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, section: RaySection, actor_class: Any, uploaded: Path | None) -> None:
+    def __init__(
+        self,
+        section: RaySection,
+        actor_class: Any,
+        uploaded: Path | None,
+        refs: dict[str, str] | None = None,
+    ) -> None:
         self._section = section
         self._actor_class = actor_class
         self._uploaded = uploaded
+        #: The git refs tasks check out instead of `[ray] ref`, by task id.
+        self._refs = refs or {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="crew-ray-bridge")
         self._thread.daemon = True
         self._thread.start()
 
     @classmethod
-    def connect(cls, section: RaySection, home: Home) -> RayExecutor:
+    def connect(
+        cls, section: RaySection, home: Home, *, refs: dict[str, str] | None = None
+    ) -> RayExecutor:
         """Join the cluster (RAY_ADDRESS, else `[ray] address`, else a Ray of the leader's own).
         With `workspace = "upload"`, the home's project folder goes to the cluster (Ray uploads
         a folder for a whole job only), without the home itself."""
@@ -193,7 +203,7 @@ class RayExecutor:
         # Shipped by value: the nodes need Ray, not crew.
         cloudpickle.register_pickle_by_value(ray_node)
         actor_class = ray.remote(max_concurrency=_CONCURRENCY)(ray_node.NodeProcess)
-        return cls(section, actor_class, uploaded)
+        return cls(section, actor_class, uploaded, refs)
 
     def start(
         self,
@@ -217,9 +227,8 @@ class RayExecutor:
         }
         if "memory" in resources:
             options["memory"] = int(resources["memory"])
-        actor = self._actor_class.options(**options).remote(
-            self._remote_launch(launch, merge_stderr)
-        )
+        remote_launch = self._remote_launch(launch, merge_stderr, task_id)
+        actor = self._actor_class.options(**options).remote(remote_launch)
         handle = RayHandle(actor, launch.argv[0], merge_stderr=merge_stderr)
         self._submit(_bridge(handle))
         return handle
@@ -233,12 +242,15 @@ class RayExecutor:
         with contextlib.suppress(Exception):
             ray.shutdown()
 
-    def _remote_launch(self, launch: spawn.Launch, merge_stderr: bool) -> dict[str, Any]:
+    def _remote_launch(
+        self, launch: spawn.Launch, merge_stderr: bool, task_id: str
+    ) -> dict[str, Any]:
         """What the node needs to start the worker. Of the environment, only what the leader
         set or changed travels: the rest is the node's own (its PATH, its HOME)."""
         changed = {k: v for k, v in launch.env.items() if os.environ.get(k) != v}
         section = self._section
-        workspace = {"kind": str(section.workspace), "repo": section.repo, "ref": section.ref}
+        ref = self._refs.get(task_id, section.ref)
+        workspace = {"kind": str(section.workspace), "repo": section.repo, "ref": ref}
         if self._uploaded is not None:  # where the worker's folder is in the uploaded copy
             folder = launch.cwd.resolve()
             if not folder.is_relative_to(self._uploaded):
