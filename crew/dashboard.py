@@ -27,6 +27,7 @@ from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
 from crew.text import placement, tally, terminal_safe
+from crew.textviews import NOT_PLACED
 from crew.views import pending_counts, pending_messages
 
 if TYPE_CHECKING:
@@ -450,6 +451,8 @@ def _now(task: Task, last: str) -> str:
         return task.error
     if task.status is TaskStatus.QUEUED and task.depends_on:
         return "after " + ", ".join(task.depends_on)
+    if task.status is TaskStatus.RUNNING and task.pid is None:
+        return NOT_PLACED
     return last
 
 

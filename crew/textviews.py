@@ -183,6 +183,10 @@ def _since(task: dict[str, Any]) -> str | None:
     return task.get("startedAt")
 
 
+#: A remote task's note until Ray has placed its worker on a node.
+NOT_PLACED = "waiting for a node"
+
+
 def _note(task: dict[str, Any]) -> str:
     status = task["status"]
     if task.get("error"):
@@ -194,6 +198,8 @@ def _note(task: dict[str, Any]) -> str:
     question = open_question(task)
     if question is not None:
         return short(f"? {question['prompt']}", 60)
+    if status == "running" and task.get("pid") is None:  # Ray: no node has taken it yet
+        return NOT_PLACED
     if task.get("dependsOn") and status == "queued":
         return "after " + ", ".join(task["dependsOn"])
     waiting_for = task.get("waitingFor")

@@ -112,13 +112,28 @@ def test_resources_become_rays_names() -> None:
     assert Resources().as_dict() == {"CPU": 1.0, "GPU": 0.0}
 
 
-def placed_run(make_run: Callable[..., RunStore]) -> RunStore:
-    """A run whose task `plan` runs on a Ray node (as the leader records it)."""
+def status_of(store: RunStore, *, fast: str = "1") -> list[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crew", "status", store.run_id],
+        capture_output=True, text=True, check=True, env={**os.environ, "CREW_FAST": fast},
+    ).stdout.splitlines()  # fmt: skip
+
+
+def started_run(make_run: Callable[..., RunStore]) -> RunStore:
+    """A run whose task `plan` was started on a Ray cluster, not placed yet."""
     from crew.domain import change, tasks
 
     store = make_run()
     with change(store) as txn:
         tasks.start(txn, "plan", attempt=1, pid=None)
+    return store
+
+
+def placed_run(make_run: Callable[..., RunStore]) -> RunStore:
+    """A run whose task `plan` runs on a Ray node (as the leader records it)."""
+    from crew.domain import change, tasks
+
+    store = started_run(make_run)
     with change(store) as txn:
         tasks.placed(txn, "plan", 1, node="c1c91b54@10.0.0.7", pid=4242)
     return store
@@ -128,12 +143,10 @@ def placed_run(make_run: Callable[..., RunStore]) -> RunStore:
 def test_status_shows_where_each_remote_task_runs(
     make_run: Callable[..., RunStore], fast: str
 ) -> None:
+    waiting = next(line for line in status_of(started_run(make_run), fast=fast) if "plan" in line)
+    assert waiting.endswith("waiting for a node")
     store = placed_run(make_run)
-    shown = subprocess.run(
-        [sys.executable, "-m", "crew", "status", store.run_id],
-        capture_output=True, text=True, check=True, env={**os.environ, "CREW_FAST": fast},
-    ).stdout  # fmt: skip
-    lines = shown.splitlines()
+    lines = status_of(store, fast=fast)
     header = next(line for line in lines if line.startswith("TASK"))
     assert header.split() == [
         "TASK", "STATUS", "AGENT", "ATTEMPT", "SINCE", "PENDING", "WHERE", "NOTE",
@@ -141,6 +154,7 @@ def test_status_shows_where_each_remote_task_runs(
     plan = next(line for line in lines if line.startswith("plan "))
     build = next(line for line in lines if line.startswith("build "))
     assert "c1c91b54@10.0.0.7 pid 4242" in plan and build.split()[6] == "-"
+    assert "waiting for a node" not in plan
     task = store.state().task("plan")
     assert (task.node, task.pid) == ("c1c91b54@10.0.0.7", 4242)
     placed = [e for e in store.events().records if e.type.value == "task.placed"]
@@ -148,12 +162,7 @@ def test_status_shows_where_each_remote_task_runs(
 
 
 def test_a_local_run_has_no_where_column(make_run: Callable[..., RunStore]) -> None:
-    store = make_run()
-    shown = subprocess.run(
-        [sys.executable, "-m", "crew", "status", store.run_id],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert "WHERE" not in shown
+    assert not any("WHERE" in line for line in status_of(make_run()))
 
 
 def test_the_live_view_shows_where_each_remote_task_runs(
@@ -162,6 +171,11 @@ def test_the_live_view_shows_where_each_remote_task_runs(
     from rich.console import Console
 
     from crew.dashboard import Dashboard
+
+    unplaced = Dashboard(started_run(make_run), session="someone", interactive=False)
+    console = Console(width=160, record=True, color_system=None)
+    console.print(unplaced.render(unplaced.view()))
+    assert "waiting for a node" in console.export_text()
 
     store = placed_run(make_run)
     board = Dashboard(store, session="someone", interactive=False, watching=True)
