@@ -201,6 +201,30 @@ def test_a_spawn_out_of_file_descriptors_is_retried_not_failed(tmp_path: Path, h
     assert of_type(store, EventType.LEADER_RECOVERED)
 
 
+def test_a_fault_amid_a_turns_starts_keeps_those_started_and_retries_the_rest(
+    tmp_path: Path, home: Home
+) -> None:
+    names = ["a", "b", "c"]
+    write_crew(tmp_path, [{"id": name, "prompt": "say:hi ; exit:0"} for name in names])
+    os.environ["CREW_FAULT"] = "emfile:spawn@2"  # the second of the three ready at once
+    try:
+        leader = Leader("run", "crew.toml", cwd=tmp_path)
+    finally:
+        del os.environ["CREW_FAULT"]
+    store = store_of(home, leader.run_id)
+
+    assert leader.finish() == 0, leader.err
+    tasks = store.state().tasks
+    assert all(tasks[n].status is TaskStatus.COMPLETED for n in names)
+    assert all(tasks[n].attempt == 1 and tasks[n].failures == 0 for n in names)
+    (degraded,) = of_type(store, EventType.LEADER_DEGRADED)
+    assert degraded.data is not None and "starting b" in degraded.data["reason"]
+    # a started in the turn the fault hit; b and c together, once the leader retried.
+    started = of_type(store, EventType.TASK_STARTED)
+    assert [e.task_id for e in started] == names
+    assert started[0].end_seq is None and started[1].end_seq == started[2].seq
+
+
 def test_a_run_lock_held_for_long_is_waited_for_with_the_heartbeat_going(
     tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:

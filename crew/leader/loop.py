@@ -151,9 +151,9 @@ class Leader:
         self._time_out_run(now)
         self._stop_ended_workers(now)
         if not self.state.run.status.terminal and (retrying or not self.health.degraded.active):
-            for task in schedule.ready(self.state, self.workers.running(), self.max_parallel):
-                if not self._start(task, now):
-                    break  # a fault: the rest wait for the retry
+            ready = list(schedule.ready(self.state, self.workers.running(), self.max_parallel))
+            if ready:
+                self._start(ready, now)
         self._deliver()
         self._close_idle_agents(now)
         self._next_check = self.supervision.apply(now)
@@ -220,30 +220,40 @@ class Leader:
                 with self.guard.guarding(worker):
                     self.guard.record(worker, partial(self._record_signals, worker, []))
 
-    def _start(self, task: Task, now: float) -> bool:
-        """Start a task's next attempt; False when a fault held it back (it stays queued)."""
+    def _start(self, ready: list[Task], now: float) -> None:
+        """Start the next attempt of each task that is ready, recorded in one transaction; a
+        fault holds back the task it hit and those after it (they stay queued for the retry)."""
         run = self.state.run
-        attempt = task.attempt + 1
-        adapter = adapter_for(run.config.agents[task.agent])
-        worker: WorkerProcess | None = None
+        started: list[tuple[WorkerProcess, Adapter]] = []
+        held: tuple[str, Exception] | None = None
         try:
-            # Started under the run lock: the worker's own first `crew` command waits for the
+            # Started under the run lock: a worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
-                worker = self._spawn(txn, task, adapter, attempt)
+                for task in ready:
+                    adapter = adapter_for(run.config.agents[task.agent])
+                    try:
+                        worker = self._spawn(txn, task, adapter, task.attempt + 1)
+                    except Exception as error:
+                        if fault_of(error, SPAWN_FAULTS) is None:
+                            raise
+                        held = (task.id, error)  # nothing of it was recorded
+                        break
+                    if worker is not None:
+                        started.append((worker, adapter))
         except BaseException as error:
-            if worker is not None:
+            for worker, _ in started:
                 worker.discard()
             if isinstance(error, Exception) and fault_of(error, SPAWN_FAULTS) is not None:
-                self.health.fault(f"starting {task.id}", error, now)
-                return False  # nothing was recorded: it stays queued for the retry
+                self.health.fault("starting tasks", error, now)
+                return  # nothing was recorded: they stay queued for the retry
             raise
-        if worker is None:
-            return True
-        self.workers.add(worker)
-        with self.guard.guarding(worker):
-            self._heard(worker, adapter.start(self.state.task(task.id)))
-        return True
+        if held is not None:
+            self.health.fault(f"starting {held[0]}", held[1], now)
+        for worker, adapter in started:
+            self.workers.add(worker)
+            with self.guard.guarding(worker):
+                self._heard(worker, adapter.start(self.state.task(worker.task_id)))
 
     def _spawn(self, txn: Txn, task: Task, adapter: Adapter, attempt: int) -> WorkerProcess | None:
         """Start a worker and record it in `txn`; None (and recorded) if it cannot start. A
