@@ -249,7 +249,8 @@ def cancel(
         for each in [task] if task is not None else txn.state.task_list():
             if each.status.terminal:
                 continue
-            if each.status in LIVE_TASK_STATUSES and each.pid is not None:
+            # A worker on a Ray node (`node`) is another machine's pid: its leader stops it.
+            if each.status in LIVE_TASK_STATUSES and each.pid is not None and each.node is None:
                 targets.append((each.id, each.pid))
             tasks.cancel(txn, each.id, reason, message=f"task {each.id} {reason}")
         if task is None:  # the whole run: it ends cancelled, not failed

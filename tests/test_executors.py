@@ -188,3 +188,16 @@ def test_the_live_view_shows_where_each_remote_task_runs(
     console = Console(width=160, record=True, color_system=None)
     console.print(local.render(local.view()))
     assert "WHERE" not in console.export_text()
+
+
+def test_cancel_leaves_a_remote_worker_to_its_leader(make_run: Callable[..., RunStore]) -> None:
+    """Its pid is another machine's: `crew cancel` must not look for it here (its leader stops
+    it through Ray: tests/test_ray.py)."""
+    store = placed_run(make_run)
+    cancelled = subprocess.run(
+        [sys.executable, "-m", "crew", "cancel", store.run_id, "plan"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "Worker of plan" not in cancelled.stdout
+    assert store.state().task("plan").status.value == "cancelled"

@@ -158,7 +158,10 @@ def test_resources_decide_where_a_worker_runs(tmp_path: Path, home: Home, on_clu
 def test_cancel_reaches_the_remote_process_and_is_confirmed(
     tmp_path: Path, home: Home, on_cluster: Any
 ) -> None:
-    write_crew(tmp_path, [{"id": "t", "prompt": "say:up ; sleep:600"}], crew={"executor": "ray"})
+    # It says when SIGTERM reached it: neither the `crew cancel` process (the pid is another
+    # machine's, as far as it knows) nor the end of its actor (SIGKILL) would make it say so.
+    trap = 'trap "echo got TERM; exit 0" TERM; echo up; while :; do sleep 0.1; done'
+    ray_crew(tmp_path, trap, "")
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
     task = eventually(lambda: (t := store.state().task("t")).pid and t, SLOW)
@@ -167,9 +170,11 @@ def test_cancel_reaches_the_remote_process_and_is_confirmed(
 
     cancelled = crew("cancel", leader.run_id, "t")
     assert cancelled.returncode == 0, cancelled.stderr
+    assert "Worker of t" not in cancelled.stdout  # not stopped from here: by its leader, there
     leader.finish(timeout=SLOW)
     assert store.state().task("t").status is TaskStatus.CANCELLED
-    assert not alive(task.pid)  # the leader waited for its exit, which came from the node
+    assert "got TERM" in log_of(store, "t")  # the leader's signal reached it on its node
+    assert not alive(task.pid)
 
 
 def test_a_command_missing_on_the_node_fails_the_attempt_with_why(
