@@ -201,3 +201,23 @@ def test_cancel_leaves_a_remote_worker_to_its_leader(make_run: Callable[..., Run
     assert cancelled.returncode == 0, cancelled.stderr
     assert "Worker of plan" not in cancelled.stdout
     assert store.state().task("plan").status.value == "cancelled"
+
+
+def test_a_killed_remote_worker_whose_node_does_not_answer_is_taken_for_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader stops waiting for a node that does not answer (its cluster's head is gone);
+    the bridge's late word changes nothing, and closes only its own descriptors."""
+    from crew.executors import ray as ray_executor
+
+    monkeypatch.setattr(ray_executor, "_UNANSWERED", 0.05)
+    handle = ray_executor.RayHandle(actor=None, program="sh", merge_stderr=False)
+    handle.placed(4242, "c1c91b54@10.0.0.7")
+    assert handle.settle() is False  # placed, not ended
+    assert handle.wait() == -9
+    assert handle.lost == "node c1c91b54@10.0.0.7 did not answer for 0.05 s"
+    assert handle.settle() is True and handle.poll() == -9
+    handle.end(0)  # the bridge, later: its outcome was decided already
+    assert (handle.wait(), handle.lost) == (-9, "node c1c91b54@10.0.0.7 did not answer for 0.05 s")
+    assert handle.out_w == handle.err_w == handle.in_r == -1
+    handle.close()

@@ -37,6 +37,8 @@ from crew.registry import RayWorkspace
 _READ = 65536
 #: Calls an actor runs at once: its output stream, a write, a signal.
 _CONCURRENCY = 4
+#: How long a killed worker's end may take to come back before its node is taken for lost.
+_UNANSWERED = 10.0
 #: How long the cluster's address may take to accept a connection.
 _CONNECT_TIMEOUT = 10.0
 _ADDRESS_HINT = "Check RAY_ADDRESS or crew.toml's [ray] address, and that the cluster is up."
@@ -55,6 +57,7 @@ class RayHandle:
         self.failure: str | None = None
         self.killed = False
         self.ended = threading.Event()
+        self._ending = threading.Lock()
         out_r, self.out_w = _pipe()
         err_r: int | None = None
         self.err_w: int | None = None
@@ -109,7 +112,11 @@ class RayHandle:
         return self._status if self.ended.is_set() else None
 
     def wait(self) -> int:
-        self.ended.wait()
+        """Its exit status; a worker whose bridge has not ended it within `_UNANSWERED` (the
+        leader killed it, and its node does not answer) is taken for lost."""
+        if not self.ended.wait(_UNANSWERED):
+            where = f"node {self._node}" if self._node else "its node"
+            self._finish(-signal.SIGKILL, f"{where} did not answer for {_UNANSWERED:g} s", None)
         assert self._status is not None
         return self._status
 
@@ -129,23 +136,38 @@ class RayHandle:
 
     def placed(self, pid: int, node: str) -> None:
         self._pid, self._node = pid, node
-        self._announce()
+        with self._ending:
+            self._announce()
 
     def end(self, status: int = 127, lost: str | None = None, failure: str | None = None) -> None:
-        """The worker ended (or was lost, or never started): its pipes close, the leader hears."""
-        self._status, self._lost, self.failure = status, lost, failure
+        """The worker ended (or was lost, or never started): the bridge's ends of its pipes
+        close, and the leader hears (unless it gave up on it first: `wait`)."""
         for fd in (self.out_w, self.err_w, self.in_r):
             if fd is not None and fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.out_w = self.err_w = self.in_r = -1
-        self.ended.set()
-        self._announce()
-        os.close(self._ctl_w)
+        self._finish(status, lost, failure)
+        with self._ending:
+            os.close(self._ctl_w)
+            self._ctl_w = -1
+
+    def _finish(self, status: int, lost: str | None, failure: str | None) -> None:
+        """How it ended, decided once: by the bridge, or by a leader that stopped waiting (which
+        leaves the bridge's descriptors to the bridge: closing one under it could make a write
+        of its land in a file opened since)."""
+        with self._ending:
+            if self.ended.is_set():
+                return
+            self._status, self._lost, self.failure = status, lost, failure
+            self.ended.set()
+            self._announce()
 
     def _announce(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._ctl_w, b".")
+        """Wake the leader (under `_ending`: the descriptor is closed under it too)."""
+        if self._ctl_w >= 0:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._ctl_w, b".")
 
 
 class RayExecutor:
