@@ -184,16 +184,20 @@ def test_a_progress_flood_is_folded_in_the_event_log_and_kept_whole_in_the_log(
     assert store.paths.log("flood").read_text().count("@supervisor progress:") == 20000
 
 
-def test_a_spawn_out_of_file_descriptors_is_retried_not_failed(tmp_path: Path, home: Home) -> None:
-    write_crew(tmp_path, [{"id": "only", "prompt": "say:hi ; exit:0"}])
-    os.environ["CREW_FAULT"] = "emfile:spawn"
+def run_with_fault(tmp_path: Path, home: Home, fault: str) -> RunStore:
+    """`crew run` of the crew.toml in `tmp_path` with CREW_FAULT armed, led to its end (exit 0)."""
+    os.environ["CREW_FAULT"] = fault
     try:
         leader = Leader("run", "crew.toml", cwd=tmp_path)
     finally:
         del os.environ["CREW_FAULT"]
-    store = store_of(home, leader.run_id)
-
     assert leader.finish() == 0, leader.err
+    return store_of(home, leader.run_id)
+
+
+def test_a_spawn_out_of_file_descriptors_is_retried_not_failed(tmp_path: Path, home: Home) -> None:
+    write_crew(tmp_path, [{"id": "only", "prompt": "say:hi ; exit:0"}])
+    store = run_with_fault(tmp_path, home, "emfile:spawn")
     task = store.state().tasks["only"]
     assert task.status is TaskStatus.COMPLETED and task.attempt == 1 and task.failures == 0
     (degraded,) = of_type(store, EventType.LEADER_DEGRADED)
@@ -206,14 +210,7 @@ def test_a_fault_amid_a_turns_starts_keeps_those_started_and_retries_the_rest(
 ) -> None:
     names = ["a", "b", "c"]
     write_crew(tmp_path, [{"id": name, "prompt": "say:hi ; exit:0"} for name in names])
-    os.environ["CREW_FAULT"] = "emfile:spawn@2"  # the second of the three ready at once
-    try:
-        leader = Leader("run", "crew.toml", cwd=tmp_path)
-    finally:
-        del os.environ["CREW_FAULT"]
-    store = store_of(home, leader.run_id)
-
-    assert leader.finish() == 0, leader.err
+    store = run_with_fault(tmp_path, home, "emfile:spawn@2")  # the second of three at once
     tasks = store.state().tasks
     assert all(tasks[n].status is TaskStatus.COMPLETED for n in names)
     assert all(tasks[n].attempt == 1 and tasks[n].failures == 0 for n in names)
