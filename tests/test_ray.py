@@ -346,3 +346,17 @@ def test_how_an_attempt_ends_when_ray_cuts_it_short() -> None:
     finally:
         handle.end(1)
         handle.close()
+
+
+def test_auto_with_no_cluster_running_is_an_error_and_no_run_is_made(
+    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray-here"))  # where Ray looks for one
+    ray_crew(tmp_path, "true", 'address = "auto"')
+    result = crew("run", "crew.toml", "--no-input")
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "crew: error: Cannot reach the Ray cluster at auto: Could not find any running Ray"
+    )
+    assert not home.runs_dir.exists() or not any(home.runs_dir.iterdir())

@@ -411,7 +411,7 @@ def _uploading(folder: Path, home: Home) -> dict[str, Any]:
 
 def check(section: RaySection) -> str | None:
     """That Ray is installed and the cluster's address takes a connection, before a run is
-    made (without importing Ray, nor joining the cluster); the address. `ray.init` would retry
+    made (without joining the cluster; `auto` is looked up as Ray does); the address. `ray.init` would retry
     an address that is down for minutes, printing warnings of its own."""
     if importlib.util.find_spec("ray") is None:
         raise ExecutorUnavailable(
@@ -419,19 +419,35 @@ def check(section: RaySection) -> str | None:
             hint="Install it with `pip install 'crew[ray]'`.",
         )
     address = os.environ.get("RAY_ADDRESS") or section.address
-    if not address or address == "auto":  # Ray's to find, or to start
+    if not address:  # Ray starts one of the leader's own
         return address
-    host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        if not host or not port.isdigit():
-            raise ValueError(f"{address!r} is not a host:port address")
-        with socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT):
+        where = _host_and_port(address)
+        if where is None:  # not ours to find: ray.init will say
+            return address
+        with socket.create_connection(where, timeout=_CONNECT_TIMEOUT):
             return address
     except (OSError, ValueError) as error:
         raise ExecutorUnavailable(
             f"Cannot reach the Ray cluster at {address}: {_first_line(error)}",
             hint=_ADDRESS_HINT,
         ) from None
+
+
+def _host_and_port(address: str) -> tuple[str, int] | None:
+    """Where a cluster's address points. `auto` is the cluster Ray started last on this
+    machine, found as Ray finds it (importing part of Ray, which starts no thread: the leader
+    may still fork); ConnectionError when there is none, None when this Ray cannot say."""
+    if address == "auto":
+        try:
+            from ray._private import services
+        except ImportError:
+            return None
+        address = services.canonicalize_bootstrap_address_or_die("auto")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not a host:port address")
+    return host, int(port)
 
 
 def _quiet(ray: Any) -> None:
