@@ -411,8 +411,8 @@ def _uploading(folder: Path, home: Home) -> dict[str, Any]:
 
 def check(section: RaySection) -> str | None:
     """That Ray is installed and the cluster's address takes a connection, before a run is
-    made (without joining the cluster; `auto` is looked up as Ray does); the address. `ray.init` would retry
-    an address that is down for minutes, printing warnings of its own."""
+    made (without joining the cluster; `auto` is looked up as Ray does); the address.
+    `ray.init` would retry an address that is down for minutes, printing warnings of its own."""
     if importlib.util.find_spec("ray") is None:
         raise ExecutorUnavailable(
             'crew.toml says executor = "ray", but Ray is not installed here.',
