@@ -455,6 +455,9 @@ def _quiet(ray: Any) -> None:
     `log_to_driver` off, Ray still prints a node's death to stdout (through a hook of its own)
     and errors of calls whose results crew never reads (a signal to a worker already gone)."""
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+    # Its warnings reach stderr through Python's last-resort handler (crew configures no
+    # logging), e.g. that a Ray started for the leader has token authentication on.
+    logging.getLogger("ray").setLevel(logging.ERROR)
     worker = getattr(getattr(ray, "_private", None), "worker", None)
     if worker is not None and hasattr(worker, "print_to_stdstream"):
         worker.print_to_stdstream = lambda *args, **kwargs: None
