@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,7 @@ def test_a_killed_remote_worker_whose_node_does_not_answer_is_taken_for_lost(
 ) -> None:
     """The leader stops waiting for a node that does not answer (its cluster's head is gone);
     the bridge's late word changes nothing, and closes only its own descriptors."""
-    from crew.executors import ray as ray_executor
+    from crew.executors import ray_bridge as ray_executor
 
     monkeypatch.setattr(ray_executor, "_UNANSWERED", 0.05)
     handle = ray_executor.RayHandle(actor=None, program="sh", merge_stderr=False)
@@ -221,3 +222,27 @@ def test_a_killed_remote_worker_whose_node_does_not_answer_is_taken_for_lost(
     assert (handle.wait(), handle.lost) == (-9, "node c1c91b54@10.0.0.7 did not answer for 0.05 s")
     assert handle.out_w == handle.err_w == handle.in_r == -1
     handle.close()
+
+
+def test_workers_ray_lost_before_placing_pace_the_next_start() -> None:
+    """A cluster with no node left must not have the leader create and lose workers as fast as
+    it can: each loss before placement doubles the pause before the next start; a placement
+    ends it. The pause is a spawn fault (EAGAIN): the leader holds the start back, degraded."""
+    import errno
+
+    from crew.executors.ray_bridge import Pacing
+    from crew.leader.degraded import SPAWN_FAULTS, fault_of
+
+    pacing = Pacing()
+    pacing.check()  # nothing lost: at once
+    for expected in [0.5, 1, 2, 4, 8, 16, 30, 30]:  # 0.5 s doubling, at most 30 s
+        before = time.monotonic()
+        pacing.lost_unplaced()
+        after = time.monotonic()
+        assert before + expected <= pacing.not_before <= after + expected
+        with pytest.raises(OSError) as held:
+            pacing.check()
+        assert fault_of(held.value, SPAWN_FAULTS) == errno.EAGAIN
+    assert "Ray lost the last 8 worker(s) before placing them" in str(held.value)
+    pacing.placed()
+    pacing.check()

@@ -128,13 +128,17 @@ def exited(
     exit_code: int | None,
     failure: str | None,
     last_output_at: str | None = None,
+    lost: str | None = None,
 ) -> Task | None:
     """The worker of `attempt` exited: the task completes, or (`failure` says why) the attempt
-    failed. Nothing changes for a task that ended or moved on meanwhile (cancelled, timed out,
-    restarted: that was recorded then)."""
+    failed, or (`lost` says why: its node went away) it was interrupted. Nothing changes for a
+    task that ended or moved on meanwhile (cancelled, timed out, restarted: that was recorded
+    then)."""
     task = txn.task(task_id)
     if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
         return None
+    if lost is not None:  # not the task's failure: it does not count against maxAttempts
+        return interrupt(txn, task_id, lost)
     changes: dict[str, Any] = {"exit_code": exit_code, "ended_at": txn.at}
     if last_output_at is not None:
         changes["last_output_at"] = last_output_at

@@ -343,22 +343,13 @@ class Leader:
         """A remote worker was placed on a node (Workers calls this): record where it runs."""
         node, pid = worker.handle.node, worker.handle.pid
         assert node is not None and pid is not None
-        with self.guard.guarding(worker):
-            self.guard.record(worker, partial(self._record_placement, worker, node, pid))
+        self.guard.record(worker, partial(self._record_placement, worker, node, pid))
 
     def _record_placement(self, worker: WorkerProcess, node: str, pid: int) -> None:
         with self.view.change() as txn:
             tasks.placed(txn, worker.task_id, worker.attempt, node=node, pid=pid)
 
     def _record_exit(self, worker: WorkerProcess, code: int) -> None:
-        if worker.handle.lost is not None:  # its node went away: an interruption, not a failure
-            with self.view.change() as txn:
-                task = txn.task(worker.task_id)
-                if task.status in LIVE_TASK_STATUSES and task.attempt == worker.attempt:
-                    tasks.interrupt(txn, worker.task_id, worker.handle.lost)
-            self.view.take_output_time(worker.task_id)
-            worker.close_log()
-            return
         # The agent's own reason beats "exited with code 1" (claude exits 1 after a failed turn).
         failure = worker.handle.failure or worker.agent.turn_error
         failure = failure or (describe_exit(code) if code else None)
@@ -370,6 +361,7 @@ class Leader:
                 exit_code=worker.exit_code,
                 failure=failure,
                 last_output_at=self.view.output_time(worker.task_id),
+                lost=worker.handle.lost,
             )
         self.view.take_output_time(worker.task_id)
         worker.close_log()
