@@ -36,11 +36,11 @@ SLOW = 90.0
 
 
 def _running(name: str) -> Iterator[int]:
-    """The pids of this machine's processes named `name`."""
+    """The pids of this machine's live processes named `name` (a zombie runs nothing)."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError), open(f"/proc/{entry}/comm") as comm:
-                if comm.read().strip() == name:
+                if comm.read().strip() == name and not is_zombie(int(entry)):
                     yield int(entry)
 
 
