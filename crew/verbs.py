@@ -165,7 +165,7 @@ def _send(
             else:
                 by = f" by {session}" if message.from_ != LEADER else ""
                 mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}{by}: {short(body)}")
-            waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
+            waiting = mailbox.pending_count(txn, task_id, gate.pressure_class(verb.kind))
             run = txn.run
     except BaseException:  # not committed: the secret answer goes with it
         if sealed_id is not None:
@@ -189,7 +189,7 @@ def _replayed(txn: Txn, key: str | None, verb: Verb, task_id: str, body: str) ->
     prior = gate.replay(txn, key, verb, task_id, body) if key is not None else None
     if prior is None:
         return None
-    waiting = len(mailbox.pending(txn, task_id, gate.pressure_class(verb.kind)))
+    waiting = mailbox.pending_count(txn, task_id, gate.pressure_class(verb.kind))
     leader = _leader(txn.store, txn.run)
     return Sent(txn.run.run_id, verb.noun, prior, replayed=True, pending=waiting, leader=leader)
 

@@ -1,4 +1,4 @@
-"""The pending messages a send counts and a transaction lists (`Txn.pending`) are those a fold
+"""The pending messages a send counts (`Txn.pending_count`) and a transaction lists (`Txn.pending`) are those a fold
 of every message ever sent lists, in the same order — whatever the history: messages delivered,
 acknowledged, rejected, carried back to pending for a new attempt, and changed again by the
 transaction itself."""
@@ -69,6 +69,9 @@ def test_pending_is_the_full_folds_pending_in_its_order(
         for task in ("plan", "build"):
             expected = _reference(dict(txn.messages(Box.STEERING)), task)
             assert txn.pending(Box.STEERING, task) == expected
+            steers = {MessageKind.STEER}
+            assert txn.pending_count(Box.STEERING, task, steers) == len(expected)
+            assert txn.pending_count(Box.STEERING, task, {MessageKind.NUDGE}) == 0
         txn._staged.clear()  # nothing is written
 
 

@@ -80,6 +80,16 @@ def pending(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> list[Mailbo
     ]
 
 
+def pending_count(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> int:
+    """How many undelivered messages of these kinds wait for a task."""
+    wanted = frozenset(kinds)
+    return sum(
+        txn.pending_count(box, task_id, wanted)
+        for box in INBOUND_BOXES
+        if any(kind.box is box for kind in wanted)
+    )
+
+
 def with_key(txn: Txn, key: str) -> MailboxMessage | None:
     """The message sent with this idempotency key, if any."""
     for box in INBOUND_BOXES:
@@ -220,6 +230,8 @@ def drop_oldest(
 ) -> list[MailboxMessage]:
     """Backpressure: reject the oldest pending messages beyond `cap - 1`, to make room for one
     more. Returns them, rejected."""
+    if pending_count(txn, task_id, kinds) < cap:
+        return []
     waiting = pending(txn, task_id, kinds)
     dropped = []
     for old in waiting[: max(0, len(waiting) - cap + 1)]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -25,7 +26,7 @@ from crew.models import (
     Task,
 )
 from crew.paths import Home, RunPaths
-from crew.registry import Box, EventType, MessageStatus
+from crew.registry import Box, EventType, MessageKind, MessageStatus
 from crew.store import eventlog, jsonl, mailbox_repair, mailfile, marker, snapshot
 from crew.store.files import (
     boot_id,
@@ -144,6 +145,13 @@ class RunStore:
         fold = self._fold_of(box)
         fold.current()
         return fold.pending, fold.order
+
+    def pending_counts(self, box: Box) -> Counter[tuple[str, MessageKind]]:
+        """How many messages of a mailbox file are pending, per task and kind (do not change
+        the result): what a send's backpressure counts, in time independent of them."""
+        fold = self._fold_of(box)
+        fold.current()
+        return fold.counts
 
     def _fold_of(self, box: Box) -> _Fold:
         if box not in self._folds:
@@ -439,18 +447,26 @@ class _Fold:
         #: The messages whose latest line is pending, and each message's first-seen place.
         self.pending: dict[str, MailboxMessage] = {}
         self.order: dict[str, int] = {}
+        #: How many of `pending` there are per task and kind.
+        self.counts: Counter[tuple[str, MessageKind]] = Counter()
 
     def current(self) -> dict[str, MailboxMessage]:
         poll = self._follower.poll()
         if poll.reset:
             self._messages, self.pending, self.order = {}, {}, {}
+            self.counts = Counter()
+        pending, counts = self.pending, self.counts
         for message in poll.records:
             self._messages[message.id] = message
             self.order.setdefault(message.id, len(self.order))
+            was = pending.get(message.id)
+            if was is not None:
+                counts[was.task_id, was.kind] -= 1
             if message.status is MessageStatus.PENDING:
-                self.pending[message.id] = message
-            else:
-                self.pending.pop(message.id, None)
+                pending[message.id] = message
+                counts[message.task_id, message.kind] += 1
+            elif was is not None:
+                del pending[message.id]
         return self._messages
 
 

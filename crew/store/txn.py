@@ -24,14 +24,14 @@ A crash between 1 and 4 leaves events that the other files do not reflect yet; t
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
 from crew.errors import StoreError, from_os_error
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
-from crew.registry import Box, EventData, EventType, MessageStatus
+from crew.registry import Box, EventData, EventType, MessageKind, MessageStatus
 from crew.store import eventlog, jsonl, mailfile
 from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
@@ -170,6 +170,22 @@ class Txn:
         places = {message_id: new + index for index, message_id in enumerate(staged)}
         found.sort(key=lambda m: order.get(m.id, places.get(m.id, new)))
         return found
+
+    def pending_count(self, box: Box, task_id: str, kinds: Collection[MessageKind]) -> int:
+        """How many of a task's messages of these kinds in a mailbox file will be pending after
+        this transaction, in time independent of them."""
+        counts = self.store.pending_counts(box)
+        count = sum(counts[task_id, kind] for kind in kinds)
+        if box not in self._staged:
+            return count
+        before, _ = self.store.pending(box)
+        for message_id, message in self._staged[box].items():
+            was = before.get(message_id)
+            if was is not None and was.task_id == task_id and was.kind in kinds:
+                count -= 1
+            if message.task_id == task_id and message.kind in kinds:
+                count += message.status is MessageStatus.PENDING
+        return count
 
     def staged_mail(self) -> list[MailboxMessage]:
         """The mailbox lines this transaction wrote (or will write), in order."""
