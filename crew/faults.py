@@ -13,7 +13,8 @@ first) it passes `<point>`. Points are named after what was just done:
     deliver           after the leader wrote messages to a worker's stdin, before recording it
     enospc:<file>     not a crash: the append fails as if the disk were full
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
-                      leader's loop; `raise:worker`: as the leader handles a worker's output)
+                      leader's loop; `raise:worker`: as the leader handles a worker's output;
+                      `raise:exits`: as it records exits read together, before the commit)
     emfile:<place>    not a crash: an OSError, no file descriptor left (`emfile:spawn`: as a
                       worker is started)
     interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -220,6 +221,56 @@ def test_a_fault_amid_a_turns_starts_keeps_those_started_and_retries_the_rest(
     started = of_type(store, EventType.TASK_STARTED)
     assert [e.task_id for e in started] == names
     assert started[0].end_seq is None and started[1].end_seq == started[2].seq
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0] == b"Z"
+    return False
+
+
+def transactions(events: list[Event]) -> set[int]:
+    """The transactions the events were written in, each named by its last seq (crew/store/
+    eventlog.py: every event of a transaction but its last carries that seq as `endSeq`)."""
+    return {e.end_seq or e.seq for e in events}
+
+
+def ended_together(tmp_path: Path, home: Home, env: dict[str, str] | None = None) -> RunStore:
+    """A run of three workers that end while their leader is stopped (SIGSTOP): it reads all
+    three exits in one wake-up once it goes on."""
+    go = tmp_path / "go"
+    names = ["a", "b", "c"]
+    write_crew(tmp_path, [{"id": n, "prompt": f"until:{go} ; say:done ; exit:0"} for n in names])
+    leader = Leader("run", "crew.toml", cwd=tmp_path, env={**os.environ, **(env or {})})
+    store = store_of(home, leader.run_id)
+    running = lambda: [t.pid for t in store.state().tasks.values() if t.pid]  # noqa: E731
+    pids = eventually(lambda: len(running()) == len(names) and running())
+    os.kill(leader.pid, signal.SIGSTOP)
+    try:
+        go.touch()
+        eventually(lambda: all(_zombie(pid) for pid in pids))
+    finally:
+        os.kill(leader.pid, signal.SIGCONT)
+    assert leader.finish() == 0, leader.err
+    tasks = store.state().tasks
+    assert all(tasks[n].status is TaskStatus.COMPLETED and tasks[n].failures == 0 for n in names)
+    return store
+
+
+def test_workers_that_end_together_are_recorded_in_one_transaction(
+    tmp_path: Path, home: Home
+) -> None:
+    completed = of_type(ended_together(tmp_path, home), EventType.TASK_COMPLETED)
+    assert len(completed) == 3 and len(transactions(completed)) == 1
+
+
+def test_a_failure_recording_exits_together_records_each_on_its_own(
+    tmp_path: Path, home: Home
+) -> None:
+    store = ended_together(tmp_path, home, {"CREW_FAULT": "raise:exits"})
+    completed = of_type(store, EventType.TASK_COMPLETED)
+    assert len(completed) == 3 and len(transactions(completed)) == 3
+    assert not of_type(store, EventType.LEADER_DEGRADED)
 
 
 def test_a_run_lock_held_for_long_is_waited_for_with_the_heartbeat_going(

@@ -28,10 +28,11 @@ from crew.errors import ExitCode, LeaderCrashed, StaleLeader
 from crew.executors.base import Executor
 from crew.leader import autorespond, limits, schedule, secret_delivery, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
+from crew.leader.exits import Exits
 from crew.leader.guard import Step, WorkerGuard
 from crew.leader.health import Health, StopLeading
 from crew.leader.notify import Notifier
-from crew.leader.processes import Workers, describe_exit, start_worker
+from crew.leader.processes import Workers, start_worker
 from crew.leader.supervision import Supervision
 from crew.leader.versions import Versions
 from crew.leader.view import OnEvents, RunView
@@ -78,6 +79,7 @@ class Leader:
         self.guard = WorkerGuard(self.workers, self.health, self.view)
         self.versions = Versions(self.wakeups.wake)
         self.supervision = Supervision(store, self.view, self.workers, self.guard, lease.epoch)
+        self.exits = Exits(self.view, self.guard, self._last_words)
 
     @property
     def state(self) -> RunState:
@@ -143,6 +145,7 @@ class Leader:
         faults_before = self.health.degraded.faults
         if retrying:
             self.guard.retry()
+        self.exits.record()
         if self._dirty:
             self.view.refresh()
             self._dirty = False
@@ -203,6 +206,7 @@ class Leader:
                 woken = woken or self._dirty or kind != "files" or self.wakeups.failed
             timeout = deadline - time.monotonic()
             if woken or timeout <= 0:
+                self.exits.record()
                 return
 
     def _note_watcher_failure(self) -> None:
@@ -325,19 +329,20 @@ class Leader:
             self._heard(worker, worker.adapter.interrupt())
         return [partial(self._auto_respond, question) for question in asked]
 
+    def _last_words(self, worker: WorkerProcess) -> Step:
+        """The step that records what an exited worker said last (folded reports)."""
+        return partial(self._record_signals, worker, [], True)
+
     def _auto_respond(self, question: SupervisorContact) -> None:
         """Answer a question an autoRespond rule matches, through the ordinary respond verb."""
         autorespond.answer(self.store, self.view, question, epoch=self.epoch)
         self._dirty = True
 
     def exited(self, worker: WorkerProcess, code: int) -> None:
-        """The worker exited (Workers calls this): record how its attempt ended."""
+        """The worker exited (Workers calls this): how its attempt ended is recorded once the
+        leader has read everything that woke it (leader/exits.py)."""
         self.health.degraded.freed(time.monotonic())
-        self.guard.record(
-            worker,
-            partial(self._record_signals, worker, [], True),
-            partial(self._record_exit, worker, code),
-        )
+        self.exits.add(worker, code)
 
     def placed(self, worker: WorkerProcess) -> None:
         """A remote worker was placed on a node (Workers calls this): record where it runs."""
@@ -348,23 +353,6 @@ class Leader:
     def _record_placement(self, worker: WorkerProcess, node: str, pid: int) -> None:
         with self.view.change() as txn:
             tasks.placed(txn, worker.task_id, worker.attempt, node=node, pid=pid)
-
-    def _record_exit(self, worker: WorkerProcess, code: int) -> None:
-        # The agent's own reason beats "exited with code 1" (claude exits 1 after a failed turn).
-        failure = worker.handle.failure or worker.agent.turn_error
-        failure = failure or (describe_exit(code) if code else None)
-        with self.view.change() as txn:
-            tasks.exited(
-                txn,
-                worker.task_id,
-                worker.attempt,
-                exit_code=worker.exit_code,
-                failure=failure,
-                last_output_at=self.view.output_time(worker.task_id),
-                lost=worker.handle.lost,
-            )
-        self.view.take_output_time(worker.task_id)
-        worker.close_log()
 
     def _stop_ended_workers(self, now: float) -> None:
         """Stop workers whose task ended under them (a cancel); kill those out of grace."""
@@ -459,6 +447,8 @@ class Leader:
     def _interrupt(self) -> ExitCode:
         """Stop leading: workers get EOF on stdin, then SIGTERM, then SIGKILL; tasks stay live so
         `crew resume` can continue the run."""
+        with contextlib.suppress(StopLeading):  # the exits read last, if the lock is free
+            self.exits.record()
         self.health.stopped(f"{self._stop}")
         self.wakeups.quiet()
         self.workers.stop_all()
@@ -477,7 +467,7 @@ class Leader:
         for worker in self.workers:
             self.workers.forget(worker)
             worker.close_log(flush=True)
-        for worker in self.guard.held_workers():
+        for worker in [*self.guard.held_workers(), *self.exits.workers()]:
             worker.close_log(flush=True)
         self.workers.settle()
         self.workers.executor.close()
