@@ -94,6 +94,11 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self._cgroups = CgroupHome.find()
+        #: Whether a worker was seen in its group before the leader moved it. Until then each
+        #: new worker is checked, and moved if it is not there yet; after, the shell's join is
+        #: trusted (the same permissions let every worker join): the check costs a read of
+        #: /proc, and a second move of a worker whose shell had not run yet, ~0.6 ms a worker.
+        self._joins_itself = False
         if self._cgroups is not None:
             self._cgroups.clear_dead()  # what leaders that died (kill -9, a power cut) left
 
@@ -118,7 +123,7 @@ class LocalExecutor:
         exit_fd = None
         with contextlib.suppress(OSError, AttributeError):
             exit_fd = os.pidfd_open(process.pid)
-        if group is not None and not group.holds(process.pid) and not group.add(process.pid):
+        if group is not None and not self._joins_itself and not self._in_group(group, process.pid):
             group.remove()  # the kernel would not have it there: its tree is found through /proc
             group = None
         run_id, state_dir = launch.env[env.RUN_ID.name], launch.env[env.STATE_DIR.name]
@@ -129,6 +134,15 @@ class LocalExecutor:
 
     def close(self) -> None:
         """Nothing to let go of: the leader's children are its own."""
+
+    def _in_group(self, group: Cgroup, pid: int) -> bool:
+        """Whether the worker is in its group: it joined it itself (and so will every worker
+        after it: crew/leader/spawn.py), or the leader moved it there (False: the kernel
+        would not)."""
+        if group.holds(pid):
+            self._joins_itself = True
+            return True
+        return group.add(pid)
 
     def _new_cgroup(self, launch: spawn.Launch, task_id: str, attempt: int) -> Cgroup | None:
         """A cgroup of its own for a worker, where the leader can make one (else None: the
