@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -16,11 +19,12 @@ import pytest
 from conftest import SESSION, CliResult, config, snapshot_files
 from test_verbs import ask, start
 
+from crew.cli.send import SECRET_PROMPT
 from crew.domain import change, mailbox
 from crew.errors import EXIT_CODES, ExitCode
 from crew.models import Event, MailboxMessage
 from crew.registry import Box, EventType, MessageStatus, TaskStatus
-from crew.store import jsonl
+from crew.store import jsonl, secret_answers
 from crew.store.runstore import RunStore
 
 Cli = Callable[..., CliResult]
@@ -325,3 +329,45 @@ def test_cancel_and_handoff_from_the_shell(cli: Cli, make_run: MakeRun) -> None:
     assert again == CliResult(
         0, f"Nothing to cancel: run {store.run_id} already ended (cancelled).\n", ""
     )
+
+
+def _read_until(fd: int, marker: bytes, timeout: float = 20.0) -> bytes:
+    """What the terminal shows until `marker` appears, or until the program exits (b"" marker)."""
+    shown, deadline = b"", time.monotonic() + timeout
+    while not marker or marker not in shown:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"the terminal showed no {marker!r} within {timeout}s: {shown!r}"
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the terminal closed: the program has exited
+            data = b""
+        if not data:
+            assert not marker, f"the program exited before showing {marker!r}: {shown!r}"
+            return shown
+        shown += data
+    return shown
+
+
+def test_a_secret_answer_typed_on_a_terminal_is_not_shown(make_run: MakeRun) -> None:
+    store = make_run()
+    ask(store, secret=True)
+    argv = [sys.executable, "-m", "crew", "respond", "latest", "plan", "-"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: crew on a terminal
+        os.chdir(store.paths.home.root.parent)
+        os.execve(sys.executable, argv, dict(os.environ))
+    try:
+        shown = _read_until(fd, SECRET_PROMPT.encode())
+        os.write(fd, b"hunter2-deploy-token\n")
+        shown += _read_until(fd, b"")
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)  # it may still wait for its answer
+        raise
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+
+    assert os.waitstatus_to_exitcode(status) == 0, shown
+    assert b"hunter2-deploy-token" not in shown  # neither echoed as typed nor printed after
+    (answer,) = store.messages(Box.INBOX)
+    assert answer.body == secret_answers.REDACTED

@@ -45,6 +45,8 @@ def ask(
     task: str = "plan",
     kind: ContactType = ContactType.NEED_INPUT,
     options: list[str] | None = None,
+    *,
+    secret: bool | None = None,
 ) -> SupervisorContact:
     if store.state().tasks[task].status is TaskStatus.QUEUED:
         start(store, task)
@@ -56,6 +58,7 @@ def ask(
             prompt="Which database?",
             options=options or [],
             asked_at=txn.at,
+            secret=secret,
         )
         tasks.transition(txn, task, TaskStatus.WAITING, waiting_since=txn.at, contact=contact)
     return contact

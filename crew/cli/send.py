@@ -28,6 +28,10 @@ from crew.cli.common import (
 
 if TYPE_CHECKING:
     from crew.results.sending import Sent
+    from crew.store.runstore import RunStore
+
+#: What `crew respond RUN TASK -` asks on a terminal when the question is secret.
+SECRET_PROMPT = "Secret answer (not shown as you type; Enter sends): "
 
 BodyArgument = Annotated[
     str,
@@ -140,7 +144,7 @@ def respond(
     from crew import verbs
 
     sending = Sending(run, task, idempotency_key, wait, wait_ack, timeout, force, session, home)
-    return sending.send(verbs.respond, body, json, contact_id=contact)
+    return sending.send(verbs.respond, body, json, answering=True, contact_id=contact)
 
 
 def steer(
@@ -342,8 +346,18 @@ class Sending:
     session: str | None
     home: Path | None
 
-    def send(self, verb: Callable[..., Sent], body: str | None, json: bool, **extra: Any) -> int:
-        """Validate the command line, find the run, send, wait if asked, print the result."""
+    def send(
+        self,
+        verb: Callable[..., Sent],
+        body: str | None,
+        json: bool,
+        *,
+        answering: bool = False,
+        **extra: Any,
+    ) -> int:
+        """Validate the command line, find the run, send, wait if asked, print the result.
+        `answering`: the body answers the task's question; typed on a terminal for a secret
+        one, it is not shown."""
         from crew.ids import check_idempotency_key, check_task_id
         from crew.registry import MessageStatus
         from crew.render import emit
@@ -355,7 +369,8 @@ class Sending:
             check_idempotency_key(self.idempotency_key)
         store = open_run(self.run, self.home)
         who = actor_for(self.session, store.paths.home)
-        text = None if body is None else _read_body(body)
+        hidden = answering and body == "-" and sys.stdin.isatty() and _asks_secret(store, self.task)
+        text = None if body is None else _read_hidden() if hidden else _read_body(body)
         sent = verb(
             store,
             self.task,
@@ -371,6 +386,23 @@ class Sending:
             until = MessageStatus.ACKNOWLEDGED if self.wait_ack else MessageStatus.DELIVERED
             sent = wait_for_sent(store, sent, until=until, timeout=limit)
         return emit(sent, json=json)
+
+
+def _asks_secret(store: RunStore, task_id: str) -> bool:
+    """Whether the task's open question asks for a secret."""
+    task = store.state().tasks.get(task_id)
+    return task is not None and task.contact is not None and bool(task.contact.secret)
+
+
+def _read_hidden() -> str:
+    """A secret answer typed on the terminal, not shown as it is typed (nor left on the screen
+    or in its scrollback); Enter sends it."""
+    import getpass
+
+    try:
+        return getpass.getpass(SECRET_PROMPT, stream=sys.stderr)
+    except EOFError:  # Ctrl-D: nothing typed, which the verb refuses as an empty answer
+        return ""
 
 
 def _read_body(body: str, what: str = "message") -> str:
