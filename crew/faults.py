@@ -11,12 +11,13 @@ first) it passes `<point>`. Points are named after what was just done:
     write:<file>      after a file is overwritten in place (applied, the store's marker)
     read:<file>       as a tolerant read of a JSONL file begins
     deliver           after the leader wrote messages to a worker's stdin, before recording it
-    enospc:<file>     not a crash: the append fails as if the disk were full
+    enospc:<file>     not a crash: the append fails as if the disk were full (`edquot:<file>`:
+                      as if the user's quota were; `eio:<file>`: as if the disk failed to write)
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
                       leader's loop; `raise:worker`: as the leader handles a worker's output;
                       `raise:exits`: as it records exits read together, before the commit)
     emfile:<place>    not a crash: an OSError, no file descriptor left (`emfile:spawn`: as a
-                      worker is started)
+                      worker is started; `enfile:<place>`: none left on the whole system)
     interrupt:<point> not a crash: SIGINT (Ctrl-C) at any of the points above
     stop:<point>      not a crash: SIGSTOP at any of the points above, as a hung process (stuck
                       in I/O, paused) would stay there, holding what it holds
@@ -72,9 +73,22 @@ def fail_at(place: str) -> None:
 
 def out_of_files_at(place: str) -> None:
     """Fail here with EMFILE, as a process out of file descriptors would, if `emfile:<place>`
-    is armed for this pass."""
-    if armed(f"emfile:{place}"):
-        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+    is armed for this pass (ENFILE, the whole system out of them, with `enfile:<place>`)."""
+    for name, code in (("emfile", errno.EMFILE), ("enfile", errno.ENFILE)):
+        if armed(f"{name}:{place}"):
+            raise OSError(code, os.strerror(code))
+
+
+#: The write errors an append can be made to fail with: `<name>:<file>`.
+_DISK_ERRORS = {"enospc": errno.ENOSPC, "edquot": errno.EDQUOT, "eio": errno.EIO}
+
+
+def disk_error_at(file: str) -> None:
+    """Fail an append to `file` with ENOSPC, EDQUOT or EIO, if `<name>:<file>` is armed for this
+    pass."""
+    for name, code in _DISK_ERRORS.items():
+        if armed(f"{name}:{file}"):
+            raise OSError(code, f"{os.strerror(code)} (injected)")
 
 
 def crash_at(point: str) -> None:

@@ -207,18 +207,27 @@ def test_a_cli_writer_killed_mid_append_leaves_readers_unaffected(
     assert doctor(home, store.run_id).clean
 
 
-def test_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written(
-    tmp_path: Path, home: Home
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("enospc", "the disk is full"),
+        ("edquot", "the disk is full"),  # over the user's quota: the same to the user
+        ("eio", "Input/output error"),
+    ],
+)
+def test_a_full_or_failing_disk_is_a_clear_error_and_leaves_nothing_half_written(
+    tmp_path: Path, home: Home, fault: str, said: str
 ) -> None:
     store = _scripted_run(tmp_path, home)
     before = {p.name: p.read_bytes() for p in store.paths.root.rglob("*.json*") if p.is_file()}
 
-    full = _crew("follow-up", store.run_id, "a", "more", fault="enospc:events.jsonl")
+    full = _crew("follow-up", store.run_id, "a", "more", fault=f"{fault}:events.jsonl")
 
     assert full.returncode == 1
     assert full.stderr.startswith(
-        f"crew: error: Could not append to {store.paths.events}: the disk is full. Nothing was recorded."
-    )
+        f"crew: error: Could not append to {store.paths.events}: {said}"
+    ), full.stderr
+    assert "Nothing was recorded." in full.stderr
     after = {p.name: p.read_bytes() for p in store.paths.root.rglob("*.json*") if p.is_file()}
     assert after == before
 

@@ -196,13 +196,24 @@ def run_with_fault(tmp_path: Path, home: Home, fault: str) -> RunStore:
     return store_of(home, leader.run_id)
 
 
-def test_a_spawn_out_of_file_descriptors_is_retried_not_failed(tmp_path: Path, home: Home) -> None:
+@pytest.mark.parametrize(
+    ("fault", "named"),
+    [
+        ("emfile:spawn", "EMFILE"),  # this process is out of file descriptors
+        ("enfile:spawn", "ENFILE"),  # the whole system is
+        ("eio:events.jsonl@3", "EIO"),  # the disk failed a write: the task's start, recorded
+        ("edquot:events.jsonl@3", "EDQUOT"),  # over the user's disk quota
+    ],
+)
+def test_a_fault_while_starting_is_waited_out_not_a_failure(
+    tmp_path: Path, home: Home, fault: str, named: str
+) -> None:
     write_crew(tmp_path, [{"id": "only", "prompt": "say:hi ; exit:0"}])
-    store = run_with_fault(tmp_path, home, "emfile:spawn")
+    store = run_with_fault(tmp_path, home, fault)
     task = store.state().tasks["only"]
     assert task.status is TaskStatus.COMPLETED and task.attempt == 1 and task.failures == 0
     (degraded,) = of_type(store, EventType.LEADER_DEGRADED)
-    assert degraded.data is not None and "EMFILE" in degraded.data["reason"]
+    assert degraded.data is not None and f"({named})" in degraded.data["reason"]
     assert of_type(store, EventType.LEADER_RECOVERED)
 
 

@@ -275,8 +275,7 @@ def append(
             os.write(fd, data[: max(1, len(data) // 2)])
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            if faults.armed(f"enospc:{path.name}"):
-                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            faults.disk_error_at(path.name)
             written = os.write(fd, data)
         except OSError as exc:
             _roll_back(fd, start)

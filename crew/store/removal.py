@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,7 +64,10 @@ def delete(folder: Path) -> None:
     if folder.is_symlink():
         folder.unlink(missing_ok=True)
         return
-    shutil.rmtree(folder, onerror=_unless_gone)
+    if sys.version_info >= (3, 12):  # `onerror` is deprecated from 3.12 on
+        shutil.rmtree(folder, onexc=_unless_gone)
+    else:
+        shutil.rmtree(folder, onerror=_unless_gone)
 
 
 def _unless_gone(_function: Callable[..., object], _path: str, info: object) -> None:
