@@ -66,7 +66,7 @@ def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Findi
     run_id = store.run_id
     findings, events = _check_logs(store.paths, run_id, pinned, repair=repair)
     try:
-        recovery = store.recover(full=True, pin=pinned)
+        recovery = store.recover(full=True, pin=pinned, events=events)
     except CrewError as exc:
         findings.append(Finding(run_id, exc.message, repairable=False))
         return findings

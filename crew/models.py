@@ -424,9 +424,8 @@ class Event(StateModel):
         return state
 
     def _state(self, key: str) -> Any:
-        """The state carried under `key`, validated when first asked for (most readers of the
-        log never ask: validating it with every line would make reading 2.6 times slower). Corrupt
-        if it is not valid state: only a line written by hand can be that."""
+        """The state carried under `key`, validated when first asked for (most readers never
+        ask: it would make reading 2.6 times slower). Corrupt if it is not valid state."""
         if key not in self._carried:
             try:
                 self._carried[key] = _carried_state(self.data, key)
@@ -445,9 +444,10 @@ class CheckedEvent(Event):
 
     @model_validator(mode="after")
     def _check_carried(self) -> Self:
+        carried, data = self._carried, self.data  # a private attribute is slow to reach
         for key in _CARRIED:
             try:
-                self._carried[key] = _carried_state(self.data, key)
+                carried[key] = _carried_state(data, key)
             except ValidationError as exc:
                 raise ValueError(_invalid(key, exc)) from None
         return self

@@ -269,10 +269,12 @@ class RunStore:
 
     # ---------------------------------------------------------------- recovery
 
-    def recover(self, *, full: bool = False, pin: Pin | None = None) -> Recovery:
-        """Load the state; `full` checks the snapshots and mailbox against the whole event log.
-        With a `pin` (taken under the lock), that full check reads the files as pinned, and
-        needs no lock (crew/store/pin.py)."""
+    def recover(
+        self, *, full: bool = False, pin: Pin | None = None, events: list[Event] | None = None
+    ) -> Recovery:
+        """Load the state; `full` checks the snapshots and mailbox against the whole event log
+        (`events`: as the caller read it, checked). With a `pin` (taken under the lock), that
+        check reads the files as pinned, and needs no lock (crew/store/pin.py)."""
         if not full and pin is None:
             clean = self._recover_clean()
             if clean is not None:
@@ -302,8 +304,7 @@ class RunStore:
         # No trustworthy marker (missing, torn, or of another boot: a power cut may have lost
         # what was not fsynced), unreadable snapshots, or a mailbox file changed outside a
         # transaction: check everything against the whole log.
-        events = eventlog.read(self.paths.events, end=events_end, checked=True).records
-        rebuilt = rebuild(events)
+        rebuilt = rebuild(events := self._whole_transactions(events, events_end))
         if rebuilt is None:
             if run is not None and tasks is not None:
                 return Recovery(RunState(run, ordered(run, tasks)), last_seq, full=True, cut=cut)
@@ -344,6 +345,12 @@ class RunStore:
             and marker.mailbox_sizes(self.paths) == known.sizes
             and self.snapshots.identity() == self._known_files
         )
+
+    def _whole_transactions(self, events: list[Event] | None, end: int | None) -> list[Event]:
+        """The events of whole transactions, checked: of those the caller read, or read now."""
+        if events is None:
+            return eventlog.read(self.paths.events, end=end, checked=True).records
+        return events[: eventlog.whole(events)]
 
     def _recover_clean(self) -> Recovery | None:
         """The state, when the marker says the files reflect the whole log and it was written
