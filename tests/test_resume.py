@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
 from crew.paths import Home
-from crew.registry import Box, MessageStatus, TaskStatus
+from crew.registry import Box, EventType, MessageStatus, TaskStatus
 
 #: Acknowledges every steer it reads, prints it, and never ends on its own.
 READER = "drain"
@@ -58,6 +59,28 @@ def test_steers_reach_a_resumed_task_in_the_order_they_were_accepted(
     steers = store.messages(Box.STEERING)
     assert [m.body for m in steers] == [f"s{n}" for n in range(9)]  # carried, never copied
     assert [m.carried for m in steers] == [3] * 4 + [2] * 5
+
+
+def test_a_resumed_run_shows_what_happens_from_the_resume_on(tmp_path: Path, home: Home) -> None:
+    go = tmp_path / "go"
+    write_crew(tmp_path, [{"id": "t", "prompt": f"say:hi ; until:{go} ; say:done ; exit:0"}])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["t"].status is TaskStatus.RUNNING)
+    leader.process.kill()
+    leader.finish()
+    history = store.events().records[-1].seq
+    go.touch()
+
+    resumed = Leader("resume", leader.run_id, "--json", cwd=tmp_path)
+    assert resumed.finish() == 0, resumed.err
+
+    lines = [json.loads(line) for line in resumed.out.splitlines()]
+    shown = [line for line in lines if "seq" in line]  # the events; the outcome comes last
+    assert shown[0]["seq"] == history + 1  # the resume's own events, not the run's history
+    assert [e["seq"] for e in shown] == list(range(history + 1, history + 1 + len(shown)))
+    assert EventType.RUN_RESUMED in [e["type"] for e in shown]
+    assert shown[-1]["type"] == EventType.RUN_ENDED
 
 
 def test_a_refused_resume_says_nothing_else(tmp_path: Path, home: Home) -> None:

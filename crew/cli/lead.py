@@ -108,7 +108,10 @@ def resume(
     color: ColorOption = Color.AUTO,
     home: HomeOption = None,
 ) -> int:
-    """Lead an interrupted run again: unfinished tasks restart as new attempts."""
+    """Lead an interrupted run again: unfinished tasks restart as new attempts.
+
+    It prints what happens from the resume on; `crew events RUN` shows what happened before.
+    """
     from crew.leader import LeadOptions
 
     check_session_option(session)

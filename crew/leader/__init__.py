@@ -118,6 +118,8 @@ def become_leader(
             max_parallel=options.max_parallel,
             run_timeout=options.run_timeout,
             on_events=on_events,
+            # A resumed run's output goes on from the resume: its history is `crew events`'.
+            events_from=takeover.events_at if options.resume else 0,
         )
     except BaseException:
         executor.close()

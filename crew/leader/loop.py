@@ -59,11 +59,12 @@ class Leader:
         max_parallel: int | None = None,
         run_timeout: float | None = None,
         on_events: OnEvents | None = None,
+        events_from: int = 0,
     ) -> None:
         self.store = store
         self.paths = store.paths
         self.epoch = lease.epoch
-        self.view = RunView(store, lease.epoch, on_events)
+        self.view = RunView(store, lease.epoch, on_events, events_from=events_from)
         self.health = Health(store, self.view, lease, stopping=lambda: self._stop is not None)
         self.max_parallel = max_parallel or self.state.run.config.crew.max_parallel
         self.run_timeout = run_timeout

@@ -27,6 +27,8 @@ class Takeover:
     requeued: list[str] = field(default_factory=list)
     #: Workers of the previous leader that were still running, and how they were stopped.
     stopped: list[Stopped] = field(default_factory=list)
+    #: Where the claim's own events begin in events.jsonl: what happened from then on.
+    events_at: int = 0
 
 
 def claim(
@@ -74,6 +76,7 @@ def claim(
             )
         write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
         snapshot.remove_leftovers(*store.temp_folders())  # of the writers that are gone
+    result.events_at = txn.events_at or 0
     result.stopped = [
         stop_worker(pid, store.run_id, task_id, attempt=attempt, state_dir=str(store.paths.root))
         for task_id, pid, attempt in orphans

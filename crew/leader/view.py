@@ -24,14 +24,23 @@ FLUSH_EVERY = 1.0
 class RunView:
     """The run as one leader (of one epoch) sees it."""
 
-    def __init__(self, store: RunStore, epoch: int, on_events: OnEvents | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        epoch: int,
+        on_events: OnEvents | None = None,
+        *,
+        events_from: int = 0,
+    ) -> None:
+        """`on_events` is given the events of whole transactions from byte `events_from` of
+        events.jsonl on, as they come (`report_events`)."""
         self.store = store
         self.epoch = epoch
         self.state: RunState = store.state()
         self.pending = Pending()
         self._on_events = on_events
         self._followers = [mailfile.Follower(store.paths.box(b)) for b in INBOUND_BOXES]
-        self._events = eventlog.Follower(store.paths.events)
+        self._events = eventlog.Follower(store.paths.events, offset=events_from)
         #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}
         self._next_flush = 0.0

@@ -94,8 +94,9 @@ class Follower:
     """Follows the log a whole transaction at a time: events of a transaction still being
     written are held back until its last event is there."""
 
-    def __init__(self, path: Path) -> None:
-        self._lines = jsonl.Follower(path, Event)
+    def __init__(self, path: Path, *, offset: int = 0) -> None:
+        """`offset`: where to start, the start of a transaction."""
+        self._lines = jsonl.Follower(path, Event, offset=offset)
         self._held: list[Event] = []
 
     def poll(self) -> jsonl.Poll[Event]:

@@ -208,10 +208,11 @@ class Follower(Generic[M]):
     starts again from the beginning and reports `reset`, so the caller can de-duplicate by id.
     """
 
-    def __init__(self, path: Path, model: type[M]) -> None:
+    def __init__(self, path: Path, model: type[M], *, offset: int = 0) -> None:
+        """`offset`: where to start, the start of a line (lines are then numbered from it)."""
         self.path = path
         self.model = model
-        self.offset = 0
+        self.offset = offset
         self.line = 1
         self._inode: int | None = None
 

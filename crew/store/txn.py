@@ -62,6 +62,8 @@ class Txn:
         self._staged: dict[Box, dict[str, MailboxMessage]] = {}
         self._checkpoints: list[Checkpoint] = []
         self._caused_by: dict[str, str] = {}
+        #: Where its events begin in events.jsonl, once committed.
+        self.events_at: int | None = None
 
     @property
     def run(self) -> Run:
@@ -204,6 +206,7 @@ class Txn:
         self._events = eventlog.framed(self._events)
         lines = [e.to_line() for e in self._events]
         start = jsonl.append(paths.events, lines)  # the commit point: fsynced, the only file
+        self.events_at = start
         try:
             by_box: dict[Box, list[bytes]] = {}
             for line in self._lines:
