@@ -72,7 +72,9 @@ class Leader:
         self._selector = selectors.DefaultSelector()
         self.workers = Workers(self._selector, self, executor)
         self.wakeups = Wakeups(self._selector, [self.paths.root, self.paths.mailbox_dir])
-        self.notifier = Notifier(self.paths, self.state.run, lease.epoch, self.wakeups.wake)
+        self.notifier = Notifier(
+            self.paths, self.state.run, lease.epoch, self.wakeups.wake, events_from=events_from
+        )
         self._stop: str | None = None
         self._dirty = True
         self._timed_out = False

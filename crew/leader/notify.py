@@ -78,12 +78,22 @@ class Failure:
 class Notifier:
     """Runs a run's `[[notify]]` commands for the events its leader sees."""
 
-    def __init__(self, paths: RunPaths, run: Run, epoch: int, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        paths: RunPaths,
+        run: Run,
+        epoch: int,
+        wake: Callable[[], None],
+        *,
+        events_from: int = 0,
+    ) -> None:
+        """`events_from`: where in events.jsonl this leader's events may begin (its claim's,
+        for a resumed run): what comes before is not read."""
         self.paths = paths
         self.run_id = run.run_id
         self._wake = wake
         self._rules = [(i, rule, rule.events()) for i, rule in enumerate(run.config.notify)]
-        self._follower = eventlog.Follower(paths.events)
+        self._follower = eventlog.Follower(paths.events, offset=events_from)
         #: Events up to this seq are not this leader's to notify (or were notified already).
         self._after = _claimed_after(paths.events, epoch) if self._rules else 0
         self._pool: ThreadPoolExecutor | None = None
