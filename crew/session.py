@@ -10,6 +10,7 @@ anyone else. Sessions starting with `task:` are reserved for workers.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import socket
@@ -107,7 +108,7 @@ def current_actor(explicit: str | None = None, *, home: Path | None = None) -> A
         check_session(from_env, env.SESSION.name)
     worker = _credentials(os.environ)
     if worker is None and home is not None:
-        worker = _inherited_credentials(home)
+        worker = _inherited_credentials(home) or _group_credentials(home)
     if worker is not None:
         return _worker(worker, explicit, from_env)
     mine = from_env or _user_at_host()
@@ -158,6 +159,30 @@ def _inherited_credentials(home: Path) -> WorkerCredentials | None:
         if worker is not None and worker.home is not None and _same_folder(worker.home, home):
             return worker
     return None
+
+
+def _group_credentials(home: Path) -> WorkerCredentials | None:
+    """The credentials of the worker whose cgroup this command runs in, read from a process of
+    that group that was started with them: a command that left the worker's process tree and
+    dropped its variables is still that worker. Refused if none of the group has them (the
+    worker is gone, or cleared its own): it may not pass for a person."""
+    from crew.procs import worker_environ
+    from crew.procs.cgroup import own_worker_group
+
+    mine = own_worker_group()
+    if mine is None:
+        return None
+    for pid in sorted(mine.group.pids()):
+        with contextlib.suppress(OSError, UsageError):  # unreadable, or not a worker's
+            found = _credentials(worker_environ(pid) or {})
+            if found is not None and (found.run_id, found.task_id) == (mine.run_id, mine.task_id):
+                same = found.home is not None and _same_folder(found.home, home)
+                return found if same else None
+    raise Refused(
+        f"This command runs in the worker of task {mine.task_id} (run {mine.run_id}; its "
+        "cgroup), without that worker's credentials: it may act as no one.",
+        hint="Run it from the worker itself, with the variables crew gave it.",
+    )
 
 
 def _same_folder(a: Path, b: Path) -> bool:

@@ -17,6 +17,7 @@ from crew import ids
 from crew.domain import change, tasks
 from crew.models import Event
 from crew.paths import Home
+from crew.procs.cgroup import CgroupHome
 from crew.registry import Box, EventType
 from crew.store import jsonl
 from crew.store.runstore import RunStore
@@ -367,3 +368,74 @@ def test_a_worker_acts_as_its_task_it_steers_a_peer_and_cannot_take_the_run(
 
 def _steer_id(store: RunStore) -> str:
     return next(iter(store.fold(Box.STEERING)))
+
+
+#: A worker that leaves its process tree: a double fork (its parent is then not the worker), a
+#: new session, and an environment cleared of everything crew gave it but the owner's session
+#: id, which it read from the run. It tries to take the run; the worker waits for the answer.
+_LEAVER = """
+PY="$1"; OUT="$2"
+(setsid env -i CREW_SESSION_ID=OWNER PATH=/usr/bin:/bin sh -c '
+    "$0" -m crew handoff "$1" mallory --home "$2" >"$3.err" 2>&1
+    echo $? >"$3.tmp"; mv "$3.tmp" "$3"' "$PY" "$CREW_RUN_ID" "$CREW_HOME" "$OUT" &)
+while [ ! -e "$OUT" ]; do sleep 0.05; done
+"""
+
+
+@pytest.mark.skipif(CgroupHome.find() is None, reason="crew cannot make cgroups here")
+def test_a_worker_that_leaves_its_process_tree_and_clears_its_variables_is_still_its_task(
+    tmp_path: Path, home: Home
+) -> None:
+    out = tmp_path / "handoff"
+    script = _LEAVER.replace("OWNER", SESSION)
+    (tmp_path / "crew.toml").write_text(
+        f"""[agents.shell]
+command = {toml_value(["sh", "-c", script, "sh", "{python}", str(out)])}
+
+[[tasks]]
+id = "leaver"
+agent = "shell"
+prompt = "leave"
+"""
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish(timeout=60) == 0, leader.err
+    store = store_of(home, leader.run_id)
+
+    said = (tmp_path / "handoff.err").read_text()
+    assert out.read_text() == "4\n", said  # refused: it is task:leaver, not the owner
+    assert said == (
+        f"crew: error: This command runs in the worker of task leaver (run {store.run_id}), "
+        f"which acts as 'task:leaver': CREW_SESSION_ID cannot make it '{SESSION}'.\n"
+    )
+    assert store.state().run.owner_session_id == SESSION
+
+
+@pytest.mark.skipif(CgroupHome.find() is None, reason="crew cannot make cgroups here")
+def test_a_worker_that_clears_its_own_variables_may_act_as_no_one(
+    tmp_path: Path, home: Home
+) -> None:
+    # The worker's process itself becomes a command with none of what crew gave it but the
+    # owner's session id: no process of its cgroup holds its credentials any more.
+    clear = f'exec env -i CREW_SESSION_ID={SESSION} "$0" -m crew handoff "$CREW_RUN_ID" mallory'
+    (tmp_path / "crew.toml").write_text(
+        f"""[agents.shell]
+command = {toml_value(["sh", "-c", clear + ' --home "$CREW_HOME"', "{python}"])}
+
+[[tasks]]
+id = "cleared"
+agent = "shell"
+prompt = "clear"
+maxAttempts = 1
+"""
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    leader.finish(timeout=60)
+    store = store_of(home, leader.run_id)
+
+    assert store.paths.log("cleared").read_text() == (
+        f"crew: error: This command runs in the worker of task cleared (run {store.run_id}; its "
+        "cgroup), without that worker's credentials: it may act as no one.\n"
+        "Run it from the worker itself, with the variables crew gave it.\n"
+    )
+    assert store.state().run.owner_session_id == SESSION

@@ -880,6 +880,7 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert people.TIMESTAMP_FORMAT == __import__("crew.clock").clock.TIMESTAMP_FORMAT
     assert people.MAX_SESSION_LENGTH == ids.MAX_TEXT_ID_LENGTH
     assert people.WORKER_SESSION_PREFIX == ids.WORKER_SESSION_PREFIX
+    assert people.CGROUP_PREFIX.decode() == __import__("crew.procs.cgroup").procs.cgroup.PREFIX
     assert {s.value for s in LIVE_TASK_STATUSES} == sending.LIVE
     from crew.verbs import DEFAULT_NUDGE
 

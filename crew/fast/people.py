@@ -18,6 +18,8 @@ WORKER_SESSION_PREFIX = "task:"
 WORKER_VARIABLES = ("CREW_WORKER_TOKEN", "CREW_RUN_ID", "CREW_TASK_ID")
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _ANCESTORS = 64
+#: How the cgroups crew makes for workers are named (crew/procs/cgroup.py PREFIX).
+CGROUP_PREFIX = b"crew-"
 
 
 class Session:
@@ -40,6 +42,8 @@ class Session:
 def session(explicit: str | None) -> Session:
     """The person running this command (Fallback for a worker, or a session to refuse)."""
     if any(os.environ.get(name) for name in WORKER_VARIABLES) or _below_a_worker():
+        raise Fallback
+    if _in_a_worker_group():
         raise Fallback
     from_env = os.environ.get("CREW_SESSION_ID") or None
     for value in (explicit, from_env):
@@ -75,6 +79,20 @@ def _user() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
+
+
+def _in_a_worker_group() -> bool:
+    """Whether this process is in a cgroup crew made for a worker (crew/procs/cgroup.py): it
+    is that worker's, wherever it went in the process tree."""
+    try:
+        with open("/proc/self/cgroup", "rb") as handle:
+            own = handle.read()
+    except OSError:
+        return False
+    return any(
+        line.startswith(b"0::") and line.rpartition(b"/")[2].startswith(CGROUP_PREFIX)
+        for line in own.splitlines()
+    )
 
 
 def _below_a_worker() -> bool:

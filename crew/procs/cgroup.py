@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crew import faults
+from crew.ids import is_run_id, is_task_id
 from crew.procs.liveness import is_alive
 
 PREFIX = "crew-"
@@ -154,6 +155,34 @@ def crew_cgroup_of(pid: int, prefix: str) -> Cgroup | None:
     if path is None or not path.name.startswith(PREFIX + prefix):
         return None
     return Cgroup(path)
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    """The group crew made for one attempt's worker, as its name says."""
+
+    group: Cgroup
+    run_id: str
+    task_id: str
+    attempt: int
+
+
+def own_worker_group() -> WorkerGroup | None:
+    """The worker's group this process is in (the innermost: a crew run inside a worker makes
+    its workers' groups inside that worker's), if it is in one. Whatever a process does — a
+    new session, a double fork, a cleared environment — it stays in its worker's group."""
+    path = cgroup_path(os.getpid())
+    if path is None or not path.name.startswith(PREFIX):
+        return None
+    # crew-<runId>-<taskId>-<attempt>-<leader pid>: a run id is three words, a task id may
+    # hold dashes of its own.
+    words = path.name[len(PREFIX) :].split("-")
+    if len(words) < 6 or not (words[-1].isdigit() and words[-2].isdigit()):
+        return None
+    run_id, task_id = "-".join(words[:3]), "-".join(words[3:-2])
+    if not is_run_id(run_id) or not is_task_id(task_id):
+        return None
+    return WorkerGroup(Cgroup(path), run_id, task_id, int(words[-2]))
 
 
 _mount: tuple[str, Path] | bool | None = False
