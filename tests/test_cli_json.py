@@ -822,9 +822,10 @@ def _crew(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _progress(store: RunStore) -> str:
-    """What `crew run` shows a person while it leads: a line per event worth showing."""
-    lines = [progress_line(e) for e in jsonl.read(store.paths.events, Event).records]
+def _progress(store: RunStore, *, after: int = 0) -> str:
+    """What `crew run` shows a person while it leads: a line per event worth showing (of the
+    events after the first `after`)."""
+    lines = [progress_line(e) for e in jsonl.read(store.paths.events, Event).records[after:]]
     return "".join(f"{line}\n" for line in lines if line)
 
 
@@ -897,6 +898,7 @@ def test_resume_json_streams_the_run_and_ends_with_the_summary(
         tasks=[{"id": "t", "agent": "w", "prompt": "say:again ; exit:0"}],
     )
     documented, shown = make_run(crew), make_run(crew)
+    history = len(documented.paths.events.read_text().splitlines())  # the run's creation
 
     result = _crew("resume", documented.run_id, "--json", "--no-input", cwd=tmp_path)
 
@@ -911,14 +913,15 @@ def test_resume_json_streams_the_run_and_ends_with_the_summary(
         "tasks": {"completed": 1},
         "exitCode": 0,
     }
-    assert events == documented.paths.events.read_text().splitlines()
+    # What happens from the resume on: the run's history is `crew events`'.
+    assert events == documented.paths.events.read_text().splitlines()[history:]
     assert "run.resumed" in [json.loads(line)["type"] for line in events]
     assert result.stderr == f"crew: run {documented.run_id} completed: 1 completed\n"
 
     text = _crew("resume", shown.run_id, "--no-input", cwd=tmp_path)
 
     assert text.returncode == 0
-    assert text.stdout == _progress(shown)
+    assert text.stdout == _progress(shown, after=history)
     assert text.stderr == (
         f"crew: run {shown.run_id} resumed\n"
         + result.stderr.replace(documented.run_id, shown.run_id)
