@@ -1,7 +1,5 @@
-"""Pydantic models of every file crew writes: JSON names are camelCase.
-
-Field order is the order keys appear on disk, so a `git diff` of a snapshot shows only what changed.
-"""
+"""Pydantic models of every file crew writes: JSON names are camelCase, and field order is the
+order keys appear on disk, so a `git diff` of a snapshot shows only what changed."""
 
 from __future__ import annotations
 
@@ -131,6 +129,8 @@ class LimitReached(StateModel):
     raise_to: Annotated[int, Field(gt=0)] | Annotated[float, Field(gt=0)]
     interrupted: bool = False
     """The agent was stopped in the middle of its turn: a yes tells it to go on."""
+    before_start: bool = False
+    """Reached before the task's next attempt started: a yes starts it, else it is cancelled."""
 
 
 class SupervisorContact(StateModel):

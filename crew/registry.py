@@ -31,8 +31,10 @@ _S = TaskStatus
 
 #: The one transition table. A status not listed as a key has no way out (terminal).
 #: `-> queued` from a live status is a retry or a restart of the worker (new attempt).
+#: `queued -> waiting` is a task whose spending reached a limit before its next attempt started:
+#: it asks first (crew/domain/budget.py), with no worker.
 TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
-    _S.QUEUED: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED}),
+    _S.QUEUED: frozenset({_S.RUNNING, _S.WAITING, _S.FAILED, _S.CANCELLED}),
     _S.RUNNING: frozenset(
         {_S.WAITING, _S.NEEDS_REVIEW, _S.COMPLETED, _S.FAILED, _S.CANCELLED, _S.QUEUED}
     ),

@@ -119,10 +119,10 @@ def test_an_illegal_transition_is_refused_and_writes_nothing(make_run: MakeRun) 
     before = snapshot_files(store.paths.root)
 
     with (
-        pytest.raises(Refused, match="cannot go from queued to waiting"),
+        pytest.raises(Refused, match="cannot go from queued to needs_review"),
         change(store) as txn,
     ):
-        tasks.transition(txn, "plan", TaskStatus.WAITING)
+        tasks.transition(txn, "plan", TaskStatus.NEEDS_REVIEW)
 
     assert snapshot_files(store.paths.root) == before
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import SESSION, CliResult
-from fake_agents import FakeAgent, log
+from fake_agents import FakeAgent, killed_and_resumed, log
 from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
@@ -266,6 +266,64 @@ def test_an_autorespond_rule_answers_the_limit_question_unattended(
     assert store.state().run.status is RunStatus.NEEDS_REVIEW
     verbs.cancel(store, session=SESSION)
     leader.finish()
+
+
+def held_back(store: RunStore) -> Any:
+    """The task, once its next attempt waits on crew's question about its limit."""
+    task = paused(store)
+    assert task.contact.limit.before_start and task.pid is None and task.token_hash is None
+    return task
+
+
+@pytest.mark.parametrize("answer", ["no", "yes"])
+def test_a_resumed_task_over_its_limit_asks_before_its_agent_is_started_again(
+    tmp_path: Path, home: Home, answer: str
+) -> None:
+    # A started agent begins to spend at once (a prompt on its command line is work): the next
+    # attempt of a task already at its limit waits for a yes, with no worker.
+    leader, store = PI.start(tmp_path, home, "SPEND", maxTurns=2)
+    asked = paused(store)
+    resumed = killed_and_resumed(leader, store, tmp_path)
+
+    task = held_back(store)
+    assert task.contact.id != asked.id  # the interrupted attempt's question went with it
+    assert task.contact.prompt == (
+        "t reached its limit of 2 model turns (2 model turns used). "
+        "Raise the limit to 4 model turns and start its next attempt?"
+    )
+    assert task.attempt == 1 and len(PI.launches(store)) == 1  # no agent started for it
+    verbs.respond(store, "t", answer, session=SESSION)
+
+    if answer == "no":
+        assert resumed.finish() == 1
+        task = store.state().tasks["t"]
+        assert task.status is TaskStatus.CANCELLED
+        assert task.error == "stopped at its limit (maxTurns): the answer was 'no', not yes"
+        assert len(PI.launches(store)) == 1 and task.usage.turns == 2
+        return
+    assert resumed.finish() == 0  # started, it goes on with its conversation, and ends
+    task = store.state().tasks["t"]
+    assert task.attempt == 2 and len(PI.launches(store)) == 2
+    assert task.limits.max_turns == 4 and task.usage.turns == 4
+
+
+def test_a_task_waiting_to_start_at_its_limit_keeps_its_question_over_a_resume(
+    tmp_path: Path, home: Home
+) -> None:
+    leader, store = PI.start(tmp_path, home, "SPEND", maxTurns=2)
+    paused(store)
+    resumed = killed_and_resumed(leader, store, tmp_path)
+    asked = held_back(store).contact
+    resumed.process.kill()
+    resumed.finish()
+
+    again = Leader("resume", store.run_id, cwd=tmp_path)
+    requeued = eventually(lambda: events(store, EventType.RUN_RESUMED)[1:])
+    assert requeued[0].data["requeued"] == []  # nothing ran: nothing to queue again
+    assert store.state().tasks["t"].contact == asked  # the same question, still open
+    verbs.respond(store, "t", "no", session=SESSION)
+    assert again.finish() == 1
+    assert len(PI.launches(store)) == 1
 
 
 # ----------------------------------------------------------------------------- versions

@@ -7,8 +7,11 @@ reports usage as it goes (pi, Codex), the leader interrupts the agent; after a t
 reports usage only then), the agent is given no more work. Then crew asks a need_confirmation
 question of its own, "raise the limit to …?". A yes raises the limit
 and tells the agent to go on; anything else flags the task needs_review, its agent left idle, for
-a person to look at (a respond then sends the agent on; a cancel ends it). autoRespond rules
-answer these questions like any other, so an unattended run can say yes or no by itself.
+a person to look at (a respond then sends the agent on; a cancel ends it). A task already at a
+limit when its next attempt would start (a resumed run, a retry: what it spent is the task's, over
+every attempt) asks before the attempt starts, since a started agent begins to spend at once: a
+yes starts it, anything else cancels the task. autoRespond rules answer these questions like any
+other, so an unattended run can say yes or no by itself.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ from crew.models import (
     Task,
     Usage,
 )
-from crew.registry import ContactType, EventType, MessageData, MessageKind, MessageSource
+from crew.registry import (
+    ContactType,
+    EventType,
+    MessageData,
+    MessageKind,
+    MessageSource,
+)
 from crew.store.txn import Txn
 from crew.text import confirms
 
@@ -113,33 +122,48 @@ def limits_of(run: Run, task: Task) -> Limits:
     )
 
 
-def pause(txn: Txn, task_id: str, reached: Reached, *, interrupted: bool) -> SupervisorContact:
-    """Ask whether the task may go on past the limit it reached (the task waits for the answer)."""
+def waits_to_start(task: Task) -> bool:
+    """Whether the task's next attempt waits for the answer to crew's question about a limit
+    (`pause` with `before_start`): no worker runs for it."""
+    limit = task.contact.limit if task.contact is not None else None
+    return limit is not None and limit.before_start
+
+
+def pause(
+    txn: Txn, task_id: str, reached: Reached, *, interrupted: bool, before_start: bool = False
+) -> SupervisorContact:
+    """Ask whether the task may go on past the limit it reached (the task waits for the answer);
+    `before_start`: its next attempt, about to start, waits for the answer instead."""
     what = _LIMITS[reached.key].reads
     to = reached.raised()
+    go_on = "start its next attempt" if before_start else "go on"
     question = SupervisorContact(
         id=ids.new_contact_id(),
         task_id=task_id,
         type=ContactType.NEED_CONFIRMATION,
         prompt=f"{task_id} reached its limit of {what(reached.limit)} ({what(reached.used)} used)."
-        f" Raise the limit to {what(to)} and go on?",
+        f" Raise the limit to {what(to)} and {go_on}?",
         asked_at=txn.at,
-        limit=LimitReached(key=reached.key, raise_to=to, interrupted=interrupted),
+        limit=LimitReached(
+            key=reached.key, raise_to=to, interrupted=interrupted, before_start=before_start
+        ),
     )
     txn.record(
         EventType.TASK_LIMIT_REACHED,
         task_id=task_id,
-        message=f"{task_id} reached its limit of {what(reached.limit)}: paused",
+        message=f"{task_id} reached its limit of {what(reached.limit)}: "
+        + ("its next attempt waits" if before_start else "paused"),
         data={"limit": reached.key, "value": reached.limit, "used": reached.used},
     )
     mailbox.contact(txn, question)
-    tasks.wait(txn, question)
+    tasks.wait(txn, question, unstarted=before_start)
     return question
 
 
 def answered(txn: Txn, task_id: str, question: SupervisorContact, answer: MailboxMessage) -> None:
-    """The answer to a limit question (recorded, the task running again): crew takes it, so it
-    is delivered at once; a yes raises the limit, anything else flags the task."""
+    """The answer to a limit question (recorded, the task running again, or queued for the
+    attempt that waited for it): crew takes it, so it is delivered at once; a yes raises the
+    limit, anything else flags the task (or cancels it, when no attempt was started)."""
     assert question.limit is not None
     task = txn.task(task_id)
     mailbox.deliver(txn, [answer], attempt=task.attempt)
@@ -147,7 +171,10 @@ def answered(txn: Txn, task_id: str, question: SupervisorContact, answer: Mailbo
     what = _LIMITS[key].reads
     if not confirms(answer.body):
         why = f"stopped at its limit ({key}): the answer was {answer.body.strip()!r}, not yes"
-        tasks.flag(txn, task_id, why)
+        if question.limit.before_start:  # no agent to leave idle
+            tasks.cancel(txn, task_id, why, message=f"task {task_id} cancelled: {why}")
+        else:
+            tasks.flag(txn, task_id, why)
         return
     limits = (task.limits or Limits()).revised(**{_LIMITS[key].field: question.limit.raise_to})
     txn.record(

@@ -251,11 +251,13 @@ def children_ended(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
 # ----------------------------------------------------------------------------- questions
 
 
-def wait(txn: Txn, question: SupervisorContact) -> Task:
+def wait(txn: Txn, question: SupervisorContact, *, unstarted: bool = False) -> Task:
     """The worker asked a question: the task waits for the answer (a newer question replaces
-    an open one)."""
+    an open one). `unstarted`: crew asks before the task's next attempt starts, which waits,
+    with no worker (nor the secret a worker of an earlier attempt could still act with)."""
     task = txn.task(question.task_id)
     text = f"{task.id} is waiting for an answer to {question.id}"
+    gone = dict.fromkeys(("pid", "node", "token_hash")) if unstarted else {}
     if task.status is TaskStatus.WAITING:
         return _update(
             txn,
@@ -266,14 +268,21 @@ def wait(txn: Txn, question: SupervisorContact) -> Task:
             waiting_since=txn.at,
         )
     return transition(
-        txn, task.id, TaskStatus.WAITING, message=text, contact=question, waiting_since=txn.at
+        txn,
+        task.id,
+        TaskStatus.WAITING,
+        message=text,
+        contact=question,
+        waiting_since=txn.at,
+        **gone,
     )
 
 
 def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
     """A respond was sent (`message`, recorded with this change): the task runs again, its
     question answered, or its flag cleared — a person has looked at it, so the count of
-    automatic nudges starts again (and the leader's silence clock with it)."""
+    automatic nudges starts again (and the leader's silence clock with it). A task whose next
+    attempt waited for the answer (crew/domain/budget.py) is queued for it."""
     task = txn.task(task_id)
     question = task.contact
     data: dict[str, Any] = {}
@@ -284,10 +293,11 @@ def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
     if task.status is TaskStatus.NEEDS_REVIEW:
         changes["error"] = None  # why it was flagged: no longer true
     what = f"question {question.id}" if question else "flag"
+    unstarted = question is not None and question.limit is not None and question.limit.before_start
     return transition(
         txn,
         task_id,
-        TaskStatus.RUNNING,
+        TaskStatus.QUEUED if unstarted else TaskStatus.RUNNING,
         event_type=EventType.TASK_RESPONDED,
         message=f"answered {task_id}'s {what}: {short(message.body)}",
         data=data,

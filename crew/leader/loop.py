@@ -238,6 +238,8 @@ class Leader:
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
                 for task in ready:
+                    if limits.held_at_start(txn, task):
+                        continue
                     adapter = adapter_for(run.config.agents[task.agent])
                     try:
                         worker = self._spawn(txn, task, adapter, task.attempt + 1)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from crew import domain
-from crew.domain import gate, runs, tasks
+from crew.domain import budget, gate, runs, tasks
 from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, write_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
@@ -38,9 +38,10 @@ def claim(
 
     The epoch goes up by one, so a previous leader that is merely hung stops at its next write.
     With `resume`, every task that was running, waiting or flagged goes back to the queue for a
-    new attempt: its attempt was interrupted, which does not count against `maxAttempts`. The
-    previous leader's workers are stopped — each only after checking its pid still belongs to
-    that task's attempt.
+    new attempt: its attempt was interrupted, which does not count against `maxAttempts` (one
+    whose next attempt waits for crew's question about a limit has no worker: it keeps waiting,
+    its question open). The previous leader's workers are stopped — each only after checking its
+    pid still belongs to that task's attempt.
     """
     orphans: list[tuple[str, int, int]] = []
     actor = as_actor(session)
@@ -63,7 +64,7 @@ def claim(
         result = Takeover(lease)
         if resume:
             for task in txn.state.task_list():
-                if task.status not in LIVE_TASK_STATUSES:
+                if task.status not in LIVE_TASK_STATUSES or budget.waits_to_start(task):
                     continue
                 if task.pid is not None and task.node is None:  # Ray ends a remote one
                     orphans.append((task.id, task.pid, task.attempt))
