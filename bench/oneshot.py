@@ -41,7 +41,7 @@ from bench.crews import (
 )
 from bench.spawner import Command, Spawned, Spawner, interleaved, spawner
 from crew.registry import Box, TaskStatus
-from crew.store import eventlog
+from crew.store import eventlog, mailfile
 from crew.store.runstore import RunStore
 
 ACKER = """\
@@ -62,9 +62,9 @@ COMMANDS = {
 
 
 def read_box(path: Path) -> dict[str, dict[str, Any]]:
-    """A mailbox file folded by id: the newest line of each message."""
-    records = (json.loads(line) for line in path.read_bytes().splitlines() if line.strip())
-    return {record["id"]: record for record in records}
+    """A mailbox file folded by id: the latest state of each message, as whole records (a later
+    line may be a change, which names only what changed)."""
+    return {id_: m.to_dict() for id_, m in mailfile.fold(mailfile.read(path)).items()}
 
 
 def _seeded(spawn: Spawner, store: RunStore, env: dict[str, str], cwd: Path) -> None:

@@ -9,8 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import SESSION
+
+from crew import verbs
+from crew.domain import change, mailbox, tasks
+from crew.models import MailboxLine, MailboxMessage
+from crew.registry import Box, MessageStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,3 +59,29 @@ def test_the_quick_ray_benchmark_still_runs(tmp_path: Path) -> None:
     shown = quick_bench(tmp_path, "ray")
     for case in ("start-up: ray", "task.started → task.placed", "idle: ray leader", "output: ray"):
         assert case in shown
+
+
+def test_the_history_the_one_shot_benchmark_writes_is_valid(make_run: Any) -> None:
+    # Its messages are copies of a real one in its latest state, which a file holds as a whole
+    # line and later changes: a copy of the last line alone would lack what only the first says.
+    from bench.oneshot import CLOSED, _history, read_box
+
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242)
+    verbs.steer(store, "plan", "first steer", session=SESSION)
+    (message,) = store.messages(Box.STEERING)
+    with change(store) as txn:
+        mailbox.deliver(txn, [message], attempt=1)
+    with change(store) as txn:
+        mailbox.acknowledge(txn, "plan", message.id)
+    path = store.paths.box(Box.STEERING)
+    assert len(path.read_bytes().splitlines()) == 3  # the whole line, then two changes
+
+    (template,) = read_box(path).values()
+    assert template["status"] == CLOSED
+    lines = _history(template, 2_000).splitlines()
+    copies = [MailboxLine.model_validate_json(line).root for line in lines]
+    assert len({m.id for m in copies}) == 2_000
+    assert all(isinstance(m, MailboxMessage) for m in copies)
+    assert {m.status for m in copies} == {MessageStatus.ACKNOWLEDGED, MessageStatus.DELIVERED}
