@@ -13,7 +13,8 @@ The leader reads them as any appended line, and is left to settle before timing 
 `crew status RUN --json`, `crew steer RUN t1 x` and `crew follow-up RUN t1 x` then run for every
 size in turn, round after round, each started fresh by the spawner (bench/spawner.py): wall time
 from spawn to exit, and the peak RSS of the command alone. The live worker acknowledges what is
-sent meanwhile, so nothing piles up as pending.
+sent meanwhile, so nothing piles up as pending. Beside them, what each run's leader holds in
+memory once the commands are done (its RSS).
 """
 
 from __future__ import annotations
@@ -124,6 +125,29 @@ def _settle(pid: int, *, quiet: int = 5_000_000, timeout: float = 120) -> None:
     raise TimeoutError(f"leader {pid} still busy after {timeout:g}s")
 
 
+def _resident_mb(pid: int) -> float:
+    """What a process holds in memory now (VmRSS), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def _leader_rows(sizes: list[int], resident: dict[int, float]) -> list[Row]:
+    base = resident[sizes[0]]
+    return [
+        Row(
+            "one-shot vs mailbox",
+            f"the run's leader, {size:,} messages per mailbox file: RSS after the commands",
+            f"{resident[size]:.1f} MB",
+            f"{resident[size] / base:.2f}× {sizes[0]} messages",
+            "flat",
+            {"messages": size, "rssMB": resident[size]},
+        )
+        for size in sizes
+    ]
+
+
 def _rows(sizes: list[int], runs: dict[Any, list[Spawned]]) -> list[Row]:
     smallest = sizes[0]
     rows = []
@@ -167,6 +191,7 @@ def run(quick: bool = False) -> list[Row]:
         folder = Path(name)
         spawn = stack.enter_context(spawner(folder))
         commands: dict[tuple[str, int], Command] = {}
+        leaders: dict[int, int] = {}
         for size in sizes:
             where = folder / str(size)
             where.mkdir()
@@ -179,10 +204,14 @@ def run(quick: bool = False) -> list[Row]:
             _seeded(spawn, live.store, env, where)
             _fill(live.store, size)
             _settle(live.pid)
+            leaders[size] = live.pid
             for label, argv in COMMANDS.items():
                 args = [arg.format(run=live.store.run_id) for arg in argv]
                 commands[label, size] = Command(crew_argv(*args), env, where)
         # the largest run's state is sound: crew doctor exits non-zero on any finding
         spawn.run(Command(crew_argv("doctor", live.store.run_id), env, where))
         runs = interleaved(spawn, commands, rounds=rounds)
-    return _rows(sizes, runs)
+        for pid in leaders.values():
+            _settle(pid)  # done with what the commands sent
+        resident = {size: _resident_mb(pid) for size, pid in leaders.items()}
+    return [*_rows(sizes, runs), *_leader_rows(sizes, resident)]

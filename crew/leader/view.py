@@ -11,7 +11,7 @@ from crew.errors import StoreError
 from crew.leader.schedule import Pending
 from crew.models import Event
 from crew.registry import INBOUND_BOXES
-from crew.store import eventlog, mailfile
+from crew.store import eventlog
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
@@ -39,7 +39,8 @@ class RunView:
         self.state: RunState = store.state()
         self.pending = Pending()
         self._on_events = on_events
-        self._followers = [mailfile.Follower(store.paths.box(b)) for b in INBOUND_BOXES]
+        for box in INBOUND_BOXES:
+            store.follow_mail(box, self.pending.adopt)
         self._events = eventlog.Follower(store.paths.events, offset=events_from)
         #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}
@@ -97,9 +98,8 @@ class RunView:
 
     def _read_mailbox(self) -> None:
         """Take in whatever the mailbox files gained."""
-        for follower in self._followers:
-            for message in follower.poll().records:
-                self.pending.adopt(message)
+        for box in INBOUND_BOXES:
+            self.store.fold(box)  # what it gained reaches `pending` (follow_mail)
 
     def report_events(self) -> None:
         """Hand the events appended since the last report to `on_events`."""

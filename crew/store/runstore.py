@@ -26,7 +26,7 @@ from crew.models import (
     Task,
 )
 from crew.paths import Home, RunPaths
-from crew.registry import Box, EventType, MessageKind, MessageStatus
+from crew.registry import Box, EventType, MessageKind
 from crew.store import eventlog, jsonl, mailbox_repair, mailfile, marker, snapshot
 from crew.store.files import (
     boot_id,
@@ -36,6 +36,7 @@ from crew.store.files import (
     refuse_link,
     refuse_writable_by_others,
 )
+from crew.store.fold import MailboxFold
 from crew.store.lock import lock_timeout, locked
 from crew.store.pin import Pin
 from crew.store.snapshots import Identity, Snapshots
@@ -68,7 +69,7 @@ class RunStore:
         #: manifest.json and the task files, each validated once per content.
         self.snapshots = Snapshots(paths)
         #: Each mailbox file folded by id, kept up to date by reading only what was appended.
-        self._folds: dict[Box, _Fold] = {}
+        self._folds: dict[Box, MailboxFold] = {}
         #: The marker as this store last found it true (read and checked, or written), and the
         #: state the files held then: while the marker is unchanged, that state is the run's,
         #: and nothing needs reading but the marker and the files' sizes.
@@ -153,9 +154,19 @@ class RunStore:
         fold.current()
         return fold.counts
 
-    def _fold_of(self, box: Box) -> _Fold:
+    def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
+        """Give `listener` the latest state of each message of a mailbox file now, in first-seen
+        order, then each new state as this store reads it (a line may come again when the file
+        is read again from its start): one reading of the file serves the store and its
+        follower, instead of each parsing every line."""
+        fold = self._fold_of(box)
+        for message in fold.current().values():
+            listener(message)
+        fold.listeners.append(listener)
+
+    def _fold_of(self, box: Box) -> MailboxFold:
         if box not in self._folds:
-            self._folds[box] = _Fold(self.paths.box(box))
+            self._folds[box] = MailboxFold(self.paths.box(box))
         return self._folds[box]
 
     def peek_epoch(self) -> int | None:
@@ -442,39 +453,6 @@ class RunStore:
             self.write_checkpoint(checkpoint)
             repairs.append(f"re-wrote {self.paths.checkpoint(checkpoint.task_id).name}")
         return repairs
-
-
-class _Fold:
-    """A mailbox file folded by id, brought up to date by reading only what was appended (and
-    read again from the start if the file was replaced or shrank)."""
-
-    def __init__(self, path: Path) -> None:
-        self._follower = mailfile.Follower(path)
-        self._messages: dict[str, MailboxMessage] = {}
-        #: The messages whose latest line is pending, and each message's first-seen place.
-        self.pending: dict[str, MailboxMessage] = {}
-        self.order: dict[str, int] = {}
-        #: How many of `pending` there are per task and kind.
-        self.counts: Counter[tuple[str, MessageKind]] = Counter()
-
-    def current(self) -> dict[str, MailboxMessage]:
-        poll = self._follower.poll()
-        if poll.reset:
-            self._messages, self.pending, self.order = {}, {}, {}
-            self.counts = Counter()
-        pending, counts = self.pending, self.counts
-        for message in poll.records:
-            self._messages[message.id] = message
-            self.order.setdefault(message.id, len(self.order))
-            was = pending.get(message.id)
-            if was is not None:
-                counts[was.task_id, was.kind] -= 1
-            if message.status is MessageStatus.PENDING:
-                pending[message.id] = message
-                counts[message.task_id, message.kind] += 1
-            elif was is not None:
-                del pending[message.id]
-        return self._messages
 
 
 def _check_folders(paths: RunPaths) -> None:
