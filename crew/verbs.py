@@ -162,6 +162,7 @@ def _send(
                 sealed_id = message.id
             if record is not None:
                 record(txn, message)
+                message = mailbox.inbound(txn, message.id) or message  # crew may take it at once
             else:
                 by = f" by {session}" if message.from_ != LEADER else ""
                 mailbox.post(txn, message, verb.event, f"{verb.name} {task_id}{by}: {short(body)}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SESSION, CliResult
+from conftest import SESSION, CliResult, config
 from fake_agents import FakeAgent, killed_and_resumed, log
 from leaders import Leader, eventually, store_of, write_crew
 
@@ -24,6 +24,8 @@ from crew.adapters.claude_code import ClaudeCodeAdapter
 from crew.adapters.codex import CodexAdapter
 from crew.adapters.pi import PiAdapter
 from crew.config import AgentConfig
+from crew.domain import budget, change, tasks
+from crew.leader import limits
 from crew.models import Event, Usage
 from crew.paths import Home
 from crew.registry import Box, ContactType, EventType, MessageStatus, RunStatus, TaskStatus
@@ -307,6 +309,41 @@ def test_a_resumed_task_over_its_limit_asks_before_its_agent_is_started_again(
     assert task.attempt == 2 and task.limits.max_turns == 4
     verbs.cancel(store, session=SESSION)
     resumed.finish()
+
+
+def held_at_its_limit(make_run: Any) -> RunStore:
+    """A run whose task `plan` spent its 2 turns in attempt 1, and whose next attempt waits."""
+    agents = {"coder": {"command": ["python3", "-c", "pass"], "protocol": "pi", "maxTurns": 2}}
+    store: RunStore = make_run(config(agents=agents))
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242, token_hash="a" * 64)
+        budget.spend(txn, "plan", Usage(turns=2))
+    with change(store) as txn:
+        tasks.interrupt(txn, "plan", "the leader stopped while it ran")
+        assert limits.held_at_start(txn, txn.task("plan"))
+    return store
+
+
+@pytest.mark.parametrize("answer", ["yes", "no"])
+def test_the_answer_to_a_held_attempts_question_is_taken_at_once_without_a_leader(
+    make_run: Any, answer: str
+) -> None:
+    store = held_at_its_limit(make_run)
+    task = store.state().tasks["plan"]
+    assert task.status is TaskStatus.WAITING and task.pid is None and task.token_hash is None
+
+    sent = verbs.respond(store, "plan", answer, session=SESSION)
+
+    assert sent.message.status is MessageStatus.DELIVERED  # crew's own question: taken at once
+    assert not sent.undelivered_without_leader
+    task, run = store.state().tasks["plan"], store.state().run
+    if answer == "yes":  # queued for the attempt, under the raised limit
+        assert task.status is TaskStatus.QUEUED and task.limits.max_turns == 4
+        assert task.attempt == 1 and run.status is RunStatus.RUNNING
+    else:  # no agent to leave idle: it ends, and so does the run (build depended on it)
+        assert task.status is TaskStatus.CANCELLED
+        assert task.error == "stopped at its limit (maxTurns): the answer was 'no', not yes"
+        assert run.status is RunStatus.FAILED
 
 
 def test_a_task_waiting_to_start_at_its_limit_keeps_its_question_over_a_resume(
