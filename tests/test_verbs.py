@@ -16,6 +16,7 @@ from conftest import SESSION, config, snapshot_files
 
 from crew import ids, verbs
 from crew.domain import change, tasks
+from crew.domain import mailbox as mailbox_domain
 from crew.errors import CrewError, NotFound, Refused, UsageError
 from crew.models import Event, MailboxMessage, SupervisorContact
 from crew.procs import Stop
@@ -301,6 +302,26 @@ def test_a_replay_works_even_after_the_task_moved_on_and_the_run_ended(make_run:
     again = verbs.respond(store, "plan", "yes", session=SESSION, idempotency_key="answer-1")
 
     assert again.replayed and again.message.id == first.message.id
+
+
+def test_a_key_is_found_by_another_process_among_many_messages_in_its_latest_state(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    start(store)
+    for n in range(50):
+        verbs.follow_up(store, "plan", f"item {n}", session=SESSION, idempotency_key=f"f{n}")
+    first = verbs.steer(store, "plan", "use sqlite", session=SESSION, idempotency_key="k")
+    with change(store) as txn:
+        mailbox_domain.deliver(txn, [first.message], attempt=1)
+
+    elsewhere = RunStore.open(store.paths.home, store.run_id)  # reads the files afresh
+    again = verbs.steer(elsewhere, "plan", "use sqlite", session=SESSION, idempotency_key="k")
+    keyed = verbs.follow_up(elsewhere, "plan", "item 7", session=SESSION, idempotency_key="f7")
+
+    assert again.replayed and again.message.id == first.message.id
+    assert again.message.status is MessageStatus.DELIVERED
+    assert keyed.replayed and keyed.message.body == "item 7"
 
 
 @pytest.mark.parametrize(

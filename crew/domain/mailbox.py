@@ -93,9 +93,9 @@ def pending_count(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> int:
 def with_key(txn: Txn, key: str) -> MailboxMessage | None:
     """The message sent with this idempotency key, if any."""
     for box in INBOUND_BOXES:
-        for message in txn.messages(box).values():
-            if message.data and message.data.get(MessageData.IDEMPOTENCY_KEY) == key:
-                return message
+        found = txn.keyed(box, key)
+        if found is not None:
+            return found
     return None
 
 

@@ -1,6 +1,6 @@
 """A mailbox file folded by id, kept up to date by reading only what was appended: every
-message's latest state, the pending ones, their order and counts (crew/store/runstore.py holds
-one per file)."""
+message's latest state, the pending ones, their order and counts, the idempotency keys
+(crew/store/runstore.py holds one per file)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crew.models import MailboxMessage
-from crew.registry import MessageKind, MessageStatus
+from crew.registry import MessageData, MessageKind, MessageStatus
 from crew.store import mailfile
 
 
@@ -25,18 +25,23 @@ class MailboxFold:
         self.order: dict[str, int] = {}
         #: How many of `pending` there are per task and kind.
         self.counts: Counter[tuple[str, MessageKind]] = Counter()
+        #: The message first sent under each idempotency key, by key.
+        self.keys: dict[str, str] = {}
         #: Given each new state read (RunStore.follow_mail).
         self.listeners: list[Callable[[MailboxMessage], None]] = []
 
     def current(self) -> dict[str, MailboxMessage]:
         poll = self._follower.poll()
         if poll.reset:
-            self._messages, self.pending, self.order = {}, {}, {}
+            self._messages, self.pending, self.order, self.keys = {}, {}, {}, {}
             self.counts = Counter()
         pending, counts = self.pending, self.counts
         for message in poll.records:
             self._messages[message.id] = message
             self.order.setdefault(message.id, len(self.order))
+            key = message.data.get(MessageData.IDEMPOTENCY_KEY) if message.data else None
+            if isinstance(key, str):
+                self.keys.setdefault(key, message.id)
             was = pending.get(message.id)
             if was is not None:
                 counts[was.task_id, was.kind] -= 1

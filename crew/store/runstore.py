@@ -154,6 +154,12 @@ class RunStore:
         fold.current()
         return fold.counts
 
+    def keyed(self, box: Box, key: str) -> str | None:
+        """The id of the message of a mailbox file first sent under idempotency key `key`."""
+        fold = self._fold_of(box)
+        fold.current()
+        return fold.keys.get(key)
+
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
         """Give `listener` the latest state of each message of a mailbox file now, in first-seen
         order, then each new state as this store reads it (a line may come again when the file

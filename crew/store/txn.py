@@ -31,7 +31,7 @@ from crew import clock
 from crew.errors import StoreError, from_os_error
 from crew.ids import new_event_id
 from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
-from crew.registry import Box, EventData, EventType, MessageKind, MessageStatus
+from crew.registry import Box, EventData, EventType, MessageData, MessageKind, MessageStatus
 from crew.store import eventlog, jsonl, mailfile
 from crew.store.files import fsync_derived
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
@@ -158,6 +158,16 @@ class Txn:
         """The folded mailbox as it will be after this transaction: the file's fold (read up to
         date) with this transaction's own lines over it, in first-seen order."""
         return ChainMap(self._staged.setdefault(box, {}), self.store.fold(box))
+
+    def keyed(self, box: Box, key: str) -> MailboxMessage | None:
+        """The message of a mailbox file first sent under idempotency key `key`, as it will be
+        after this transaction, in time independent of the messages."""
+        message_id = self.store.keyed(box, key)
+        if message_id is None:  # first sent in this transaction, if at all
+            staged = self._staged.get(box, {}).values()
+            keyed = (m.id for m in staged if (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key)
+            message_id = next(keyed, None)
+        return None if message_id is None else self.messages(box).get(message_id)
 
     def pending(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file that will be pending after this transaction, in
