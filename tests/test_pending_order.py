@@ -1,7 +1,9 @@
-"""The pending messages a send counts (`Txn.pending_count`) and a transaction lists (`Txn.pending`) are those a fold
-of every message ever sent lists, in the same order — whatever the history: messages delivered,
-acknowledged, rejected, carried back to pending for a new attempt, and changed again by the
-transaction itself."""
+"""The pending messages a send counts (`Txn.pending_count`) and a transaction lists (`Txn.pending`),
+a task's messages (`Txn.of_task`) and the message first sent under a key (`Txn.keyed`) are those
+a fold of every message ever sent gives, in the same order — whatever the history: messages
+delivered, acknowledged, rejected, carried back to pending for a new attempt, and changed again
+by the transaction itself; and a file read again from its start (a repair) leaves nothing of
+what it no longer holds."""
 
 from __future__ import annotations
 
@@ -19,11 +21,9 @@ from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
 STATUSES = list(MessageStatus)
-#: A history: (message number, task, status) lines, in the order written.
-Lines = st.lists(
-    st.tuples(st.integers(0, 7), st.sampled_from(["plan", "build"]), st.sampled_from(STATUSES)),
-    max_size=40,
-)
+#: A history: (message number, status) lines, in the order written. A message's task is fixed
+#: by its number, as a message's task never changes.
+Lines = st.lists(st.tuples(st.integers(0, 7), st.sampled_from(STATUSES)), max_size=40)
 
 
 def _message(number: int, task: str, status: MessageStatus) -> MailboxMessage:
@@ -38,7 +38,12 @@ def _message(number: int, task: str, status: MessageStatus) -> MailboxMessage:
         status=status,
         priority=Priority.HIGH,
         sent_at="2026-11-30T10:00:00.000000Z",
+        data={"idempotencyKey": f"k{number % 3}"} if number % 2 == 0 else None,
     )
+
+
+def _line(number: int, status: MessageStatus) -> MailboxMessage:
+    return _message(number, ("plan", "build", "build")[number % 3], status)
 
 
 def _reference(messages: dict[str, MailboxMessage], task: str) -> list[MailboxMessage]:
@@ -50,12 +55,12 @@ def _reference(messages: dict[str, MailboxMessage], task: str) -> list[MailboxMe
 )
 @given(written=Lines, staged=Lines, split=st.integers(0, 40))
 def test_pending_is_the_full_folds_pending_in_its_order(
-    make_run: MakeRun, written: list[tuple[int, str, MessageStatus]],
-    staged: list[tuple[int, str, MessageStatus]], split: int,
+    make_run: MakeRun, written: list[tuple[int, MessageStatus]],
+    staged: list[tuple[int, MessageStatus]], split: int,
 ) -> None:  # fmt: skip
     store = make_run()
     path = store.paths.box(Box.STEERING)
-    lines = [_message(*line) for line in written]
+    lines = [_line(*line) for line in written]
     # Two appends with a read between them: the fold is brought up to date, not read again.
     jsonl.append(path, [m.to_line() for m in lines[:split]])
     store.fold(Box.STEERING)
@@ -64,14 +69,23 @@ def test_pending_is_the_full_folds_pending_in_its_order(
         store.write_applied(store.recover(full=True).last_seq)
     with change(store) as txn:
         for line in staged:
-            message = _message(*line)
+            message = _line(*line)
             txn._staged.setdefault(Box.STEERING, {})[message.id] = message
+        every = dict(txn.messages(Box.STEERING))
         for task in ("plan", "build"):
-            expected = _reference(dict(txn.messages(Box.STEERING)), task)
+            expected = _reference(every, task)
             assert txn.pending(Box.STEERING, task) == expected
             steers = {MessageKind.STEER}
             assert txn.pending_count(Box.STEERING, task, steers) == len(expected)
             assert txn.pending_count(Box.STEERING, task, {MessageKind.NUDGE}) == 0
+            assert txn.of_task(Box.STEERING, task) == [
+                m for m in every.values() if m.task_id == task
+            ]
+        both = [m for m in every.values() if m.status is MessageStatus.PENDING]
+        assert txn.pending(Box.STEERING, "plan", "build") == both
+        for key in ("k0", "k1", "k2", "k3"):
+            first = [m for m in every.values() if (m.data or {}).get("idempotencyKey") == key]
+            assert txn.keyed(Box.STEERING, key) == (first[0] if first else None)
         txn._staged.clear()  # nothing is written
 
 
@@ -86,3 +100,41 @@ def test_a_new_message_comes_after_every_one_before_it(make_run: MakeRun) -> Non
         txn._staged.setdefault(Box.STEERING, {})[new.id] = new
         assert [m.id for m in txn.pending(Box.STEERING, "plan")] == [old.id, new.id]
         txn._staged.clear()
+
+
+def test_what_the_fold_indexes_is_read_again_when_the_file_is_replaced(make_run: MakeRun) -> None:
+    store = make_run()
+    path = store.paths.box(Box.STEERING)
+    kept, gone = (
+        _message(0, "plan", MessageStatus.PENDING),
+        _message(2, "build", MessageStatus.PENDING),
+    )
+    jsonl.append(path, [kept.to_line(), gone.to_line()])
+    assert store.keyed(Box.STEERING, "k2") == gone.id and store.of_task(Box.STEERING, "build")
+
+    replacement = path.with_name("replacement")
+    replacement.write_bytes(kept.to_line())
+    replacement.replace(path)  # as a repair rewrites a file: another inode, shorter
+
+    assert store.keyed(Box.STEERING, "k2") is None and store.keyed(Box.STEERING, "k0") == kept.id
+    assert store.of_task(Box.STEERING, "build") == [] and store.of_task(Box.STEERING, "plan") == [
+        kept.id
+    ]
+
+
+def test_the_question_an_answer_answers_is_found_by_its_contact_id(make_run: MakeRun) -> None:
+    store = make_run()
+    asked = [
+        _message(n, "plan", MessageStatus.DELIVERED).model_copy(
+            update={
+                "direction": Direction.OUTBOX,
+                "kind": MessageKind.CONTACT,
+                "data": {"contactId": f"q_{n}", "contactType": "need_input"},
+            }
+        )
+        for n in range(5)
+    ]
+    jsonl.append(store.paths.box(Box.OUTBOX), [m.to_line() for m in asked])
+    with change(store) as txn:
+        assert txn.asking("q_3") == asked[3]
+        assert txn.asking("q_9") is None

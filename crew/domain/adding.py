@@ -225,11 +225,7 @@ def _result(txn: Txn, child: Task) -> dict[str, Any]:
     found: dict[str, Any] = {"id": child.id, "agent": child.agent, "status": child.status.value}
     result = child.result
     if result is None:
-        reports = [
-            m
-            for m in txn.messages(Box.OUTBOX).values()
-            if m.task_id == child.id and m.kind is MessageKind.REPORT
-        ]
+        reports = [m for m in txn.of_task(Box.OUTBOX, child.id) if m.kind is MessageKind.REPORT]
         result = reports[-1].body if reports else None
     if result is not None:
         found["result"] = result

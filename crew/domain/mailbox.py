@@ -22,7 +22,6 @@ from crew.protocol import Contact
 from crew.registry import (
     INBOUND_BOXES,
     LEADER,
-    Box,
     ContactType,
     Direction,
     EventData,
@@ -64,7 +63,7 @@ def inbound(txn: Txn, message_id: str) -> MailboxMessage | None:
 
 def to_task(txn: Txn, task_id: str) -> list[MailboxMessage]:
     """Every message to a task, in the order written (inbox first, then steering)."""
-    return [m for box in INBOUND_BOXES for m in txn.messages(box).values() if m.task_id == task_id]
+    return [m for box in INBOUND_BOXES for m in txn.of_task(box, task_id)]
 
 
 def pending(txn: Txn, task_id: str, kinds: Iterable[MessageKind]) -> list[MailboxMessage]:
@@ -259,10 +258,8 @@ def reject_undeliverable(txn: Txn, ended: Iterable[Task]) -> None:
     if not by_id:
         return
     for box in INBOUND_BOXES:
-        for message in list(txn.messages(box).values()):
-            task = by_id.get(message.task_id)
-            if task is not None and message.status is MessageStatus.PENDING:
-                reject(txn, message, f"task {task.status} before delivery")
+        for message in txn.pending(box, *by_id):
+            reject(txn, message, f"task {by_id[message.task_id].status} before delivery")
 
 
 def restart(txn: Txn, task: Task, *, retrying: bool) -> None:
@@ -316,29 +313,27 @@ def _question_answered(txn: Txn, message: MailboxMessage) -> dict[str, Any] | No
         held = data[MessageData.AWAITS_QUESTION]
         return held if isinstance(held, dict) else None
     contact_id = data.get(MessageData.CONTACT_ID)
-    if contact_id is None:
+    asked = txn.asking(contact_id) if isinstance(contact_id, str) else None
+    if asked is None:
         return None
-    for asked in txn.messages(Box.OUTBOX).values():
-        facts = asked.data or {}
-        if asked.kind is MessageKind.CONTACT and facts.get(MessageData.CONTACT_ID) == contact_id:
-            kind = str(facts.get(MessageData.CONTACT_TYPE))
-            return _question_key(kind, asked.body, facts.get(MessageData.OPTIONS, []))
-    return None
+    facts = asked.data or {}
+    kind = str(facts.get(MessageData.CONTACT_TYPE))
+    return _question_key(kind, asked.body, facts.get(MessageData.OPTIONS, []))
 
 
 def question_of(txn: Txn, answer: MailboxMessage) -> Contact | None:
     """The question an answer was given to, as the worker asked it (from outbox.jsonl)."""
     contact_id = (answer.data or {}).get(MessageData.CONTACT_ID)
-    for asked in txn.messages(Box.OUTBOX).values():
-        facts = asked.data or {}
-        if asked.kind is MessageKind.CONTACT and facts.get(MessageData.CONTACT_ID) == contact_id:
-            return Contact(
-                ContactType(str(facts.get(MessageData.CONTACT_TYPE))),
-                asked.body,
-                list(facts.get(MessageData.OPTIONS, [])),
-                secret=bool(facts.get(MessageData.SECRET)),
-            )
-    return None
+    asked = txn.asking(contact_id) if isinstance(contact_id, str) else None
+    if asked is None:
+        return None
+    facts = asked.data or {}
+    return Contact(
+        ContactType(str(facts.get(MessageData.CONTACT_TYPE))),
+        asked.body,
+        list(facts.get(MessageData.OPTIONS, [])),
+        secret=bool(facts.get(MessageData.SECRET)),
+    )
 
 
 def _question_key(kind: str, prompt: str, options: list[str]) -> dict[str, Any]:

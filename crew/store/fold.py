@@ -1,6 +1,6 @@
 """A mailbox file folded by id, kept up to date by reading only what was appended: every
-message's latest state, the pending ones, their order and counts, the idempotency keys
-(crew/store/runstore.py holds one per file)."""
+message's latest state, the pending ones, their order and counts, the idempotency keys, each
+task's messages, the questions asked (crew/store/runstore.py holds one per file)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ class MailboxFold:
         self.counts: Counter[tuple[str, MessageKind]] = Counter()
         #: The message first sent under each idempotency key, by key.
         self.keys: dict[str, str] = {}
+        #: Each task's messages, in first-seen order.
+        self.by_task: dict[str, list[str]] = {}
+        #: The message that asked each question (a worker's contact), by contact id.
+        self.contacts: dict[str, str] = {}
         #: Given each new state read (RunStore.follow_mail).
         self.listeners: list[Callable[[MailboxMessage], None]] = []
 
@@ -34,14 +38,21 @@ class MailboxFold:
         poll = self._follower.poll()
         if poll.reset:
             self._messages, self.pending, self.order, self.keys = {}, {}, {}, {}
+            self.by_task, self.contacts = {}, {}
             self.counts = Counter()
         pending, counts = self.pending, self.counts
         for message in poll.records:
             self._messages[message.id] = message
-            self.order.setdefault(message.id, len(self.order))
-            key = message.data.get(MessageData.IDEMPOTENCY_KEY) if message.data else None
+            if message.id not in self.order:
+                self.order[message.id] = len(self.order)
+                self.by_task.setdefault(message.task_id, []).append(message.id)
+            data = message.data or {}
+            key = data.get(MessageData.IDEMPOTENCY_KEY)
             if isinstance(key, str):
                 self.keys.setdefault(key, message.id)
+            asked = data.get(MessageData.CONTACT_ID)
+            if message.kind is MessageKind.CONTACT and isinstance(asked, str):
+                self.contacts.setdefault(asked, message.id)
             was = pending.get(message.id)
             if was is not None:
                 counts[was.task_id, was.kind] -= 1

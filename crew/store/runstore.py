@@ -154,11 +154,24 @@ class RunStore:
         fold.current()
         return fold.counts
 
+    def of_task(self, box: Box, task_id: str) -> list[str]:
+        """The ids of a task's messages in a mailbox file, in first-seen order (do not change
+        the result)."""
+        fold = self._fold_of(box)
+        fold.current()
+        return fold.by_task.get(task_id, [])
+
     def keyed(self, box: Box, key: str) -> str | None:
         """The id of the message of a mailbox file first sent under idempotency key `key`."""
         fold = self._fold_of(box)
         fold.current()
         return fold.keys.get(key)
+
+    def asking(self, contact_id: str) -> str | None:
+        """The id of the outbox message that asked question `contact_id`."""
+        fold = self._fold_of(Box.OUTBOX)
+        fold.current()
+        return fold.contacts.get(contact_id)
 
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
         """Give `listener` the latest state of each message of a mailbox file now, in first-seen

@@ -159,6 +159,15 @@ class Txn:
         date) with this transaction's own lines over it, in first-seen order."""
         return ChainMap(self._staged.setdefault(box, {}), self.store.fold(box))
 
+    def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
+        """A task's messages in a mailbox file as they will be after this transaction, in
+        first-seen order (as `messages` lists them), in time that grows with them alone."""
+        ids = self.store.of_task(box, task_id)
+        latest = self.messages(box)
+        known = set(ids)
+        new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
+        return [latest[i] for i in ids] + [latest[i] for i in new if i not in known]
+
     def keyed(self, box: Box, key: str) -> MailboxMessage | None:
         """The message of a mailbox file first sent under idempotency key `key`, as it will be
         after this transaction, in time independent of the messages."""
@@ -169,14 +178,30 @@ class Txn:
             message_id = next(keyed, None)
         return None if message_id is None else self.messages(box).get(message_id)
 
-    def pending(self, box: Box, task_id: str) -> list[MailboxMessage]:
-        """A task's messages in a mailbox file that will be pending after this transaction, in
-        first-seen order (as `messages` lists them), in time that grows with them alone."""
+    def asking(self, contact_id: str) -> MailboxMessage | None:
+        """The outbox message that asked question `contact_id` (None if there is none)."""
+        message_id = self.store.asking(contact_id)
+        if message_id is None:  # asked in this transaction, if at all
+            staged = self._staged.get(Box.OUTBOX, {}).values()
+            asked = (
+                m.id
+                for m in staged
+                if m.kind is MessageKind.CONTACT
+                and (m.data or {}).get(MessageData.CONTACT_ID) == contact_id
+            )
+            message_id = next(asked, None)
+        return None if message_id is None else self.messages(Box.OUTBOX).get(message_id)
+
+    def pending(self, box: Box, *task_ids: str) -> list[MailboxMessage]:
+        """The tasks' messages in a mailbox file that will be pending after this transaction, in
+        first-seen order (as `messages` lists them), in time that grows with the pending ones
+        alone."""
         pending, order = self.store.pending(box)
         staged = self._staged.get(box, {})
         latest = {**pending, **staged}
+        wanted = set(task_ids)
         found = [
-            m for m in latest.values() if m.task_id == task_id and m.status is MessageStatus.PENDING
+            m for m in latest.values() if m.task_id in wanted and m.status is MessageStatus.PENDING
         ]
         new = len(order)  # a message first written by this transaction comes after the rest
         places = {message_id: new + index for index, message_id in enumerate(staged)}
