@@ -16,7 +16,7 @@ from crew import ids
 from crew.domain import change
 from crew.models import MailboxMessage
 from crew.registry import Box, Direction, MessageKind, MessageStatus, Priority
-from crew.store import jsonl
+from crew.store import jsonl, mailfile
 from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
@@ -138,3 +138,39 @@ def test_the_question_an_answer_answers_is_found_by_its_contact_id(make_run: Mak
     with change(store) as txn:
         assert txn.asking("q_3") == asked[3]
         assert txn.asking("q_9") is None
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(written=Lines, split=st.integers(0, 40), box=st.sampled_from([Box.STEERING, Box.OUTBOX]))
+def test_a_lean_fold_gives_what_a_full_one_does(
+    make_run: MakeRun, written: list[tuple[int, MessageStatus]], split: int, box: Box
+) -> None:
+    # The leader's fold keeps only the messages that may still change; any other is read back
+    # from its lines (a whole one, then changes) when asked for, by id.
+    store = make_run()
+    path = store.paths.box(box)
+    lean = RunStore(store.paths, lean_mail=True)
+    latest: dict[str, MailboxMessage] = {}
+    lines = []
+    for number, status in written:
+        now = _line(number, status)
+        if box is Box.OUTBOX:
+            now = now.model_copy(update={"direction": Direction.OUTBOX})
+        was = latest.get(now.id)
+        lines.append((mailfile.change_line(was, now) if was is not None else now).to_line())
+        latest[now.id] = now
+    jsonl.append(path, lines[:split])
+    lean.fold(box)  # read in two steps, as a leader follows a file
+    jsonl.append(path, lines[split:])
+
+    full = dict(store.fold(box))
+    assert list(lean.fold(box).values()) == list(full.values()) == list(latest.values())
+    for message_id, message in full.items():
+        assert lean.message(box, message_id) == message
+    for task in ("plan", "build"):
+        assert lean.of_task(box, task) == store.of_task(box, task)
+    for key in ("k0", "k1", "k2"):
+        assert lean.keyed(box, key) == store.keyed(box, key)
+    assert lean.pending(box) == store.pending(box)

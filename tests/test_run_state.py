@@ -26,7 +26,7 @@ from crew.registry import (
     RunStatus,
     TaskStatus,
 )
-from crew.store import jsonl
+from crew.store import eventlog, jsonl
 from crew.store.runstore import RunStore
 from crew.store.state import rebuild, same_state
 
@@ -438,3 +438,38 @@ def test_a_run_an_older_crew_made_is_read_from_tasks_json_and_converted_by_its_n
     assert json.loads(store.paths.task_file("plan").read_text())["status"] == "running"
     assert json.loads(store.paths.task_file("build").read_text())["status"] == "cancelled"
     assert RunStore(store.paths).load().clean
+
+
+def test_a_reader_that_comes_in_the_middle_of_a_write_waits_for_it_without_a_full_check(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A leader wakes as soon as a writer appends a mailbox line, before the writer has written
+    # the marker: checking the whole run against its log then (every line of every mailbox
+    # file) cost a leader seconds on a long run. It waits for the writer instead.
+    import threading
+
+    from crew.store import mailbox_repair
+
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242)
+    verbs.steer(store, "plan", "before", session=SESSION)
+    full_checks: list[object] = []
+    real_gaps = mailbox_repair.gaps
+    monkeypatch.setattr(
+        mailbox_repair, "gaps", lambda *a, **k: full_checks.append(a) or real_gaps(*a, **k)
+    )
+    reader = RunStore(store.paths)
+    found: list[object] = []
+    with store.lock():  # a writer, half-way: its mailbox line is there, the marker not yet
+        (sent,) = store.messages(Box.STEERING)
+        extra = sent.model_copy(update={"id": ids.new_message_id(), "body": "mid-write"})
+        jsonl.append(store.paths.box(Box.STEERING), [extra.to_line()])
+        thread = threading.Thread(target=lambda: found.append(reader.load()))
+        thread.start()
+        thread.join(timeout=0.5)  # it waits for the lock (a reader that does not is caught below)
+        store.write_applied(eventlog.tail(store.paths.events).last_seq)  # the write ends
+    thread.join(timeout=30)
+
+    assert not thread.is_alive() and found and found[0].clean  # type: ignore[attr-defined]
+    assert full_checks == []

@@ -55,7 +55,7 @@ _OF_ONE_ATTEMPT = frozenset({MessageKind.RESPOND, MessageKind.NUDGE})
 def inbound(txn: Txn, message_id: str) -> MailboxMessage | None:
     """The current state of a message to a worker, by id."""
     for box in INBOUND_BOXES:
-        found = txn.messages(box).get(message_id)
+        found = txn.message(box, message_id)
         if found is not None:
             return found
     return None

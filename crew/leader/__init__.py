@@ -109,6 +109,9 @@ def become_leader(
     executor = open_executor(
         store.state().run.config, store.paths.home
     )  # before the lease: a cluster may be down
+    # A store of its own, keeping only the messages that may still change: the leader's memory
+    # would otherwise grow with every message of a run that lasts hours (crew/store/fold.py).
+    store = RunStore(store.paths, lean_mail=True)
     try:
         takeover = claim(store, session=session, force=options.force, resume=options.resume)
         return Leader(

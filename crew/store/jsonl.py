@@ -50,6 +50,8 @@ class ReadResult(Generic[M]):
 
     records: list[M] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
+    #: Where each record's line starts (byte offset), record by record.
+    starts: list[int] = field(default_factory=list)
     #: Byte offset just past the last complete line read.
     offset: int = 0
     #: Line number of the next line.
@@ -116,6 +118,7 @@ def read(
             result.bad.append(item)
         else:
             result.records.append(item)
+            result.starts.append(start)
     result.tail_bytes = max(0, (_size(path) if end is None else end) - result.offset)
     return result
 
@@ -199,6 +202,10 @@ class Poll(Generic[M]):
     bad: list[BadLine] = field(default_factory=list)
     #: The file was replaced or shrank: these records start again from its beginning.
     reset: bool = False
+    #: Where each record's line starts (byte offset), record by record.
+    starts: list[int] = field(default_factory=list)
+    #: More was appended than this poll read (`max_bytes`).
+    more: bool = False
 
 
 class Follower(Generic[M]):
@@ -216,8 +223,9 @@ class Follower(Generic[M]):
         self.line = 1
         self._inode: int | None = None
 
-    def poll(self) -> Poll[M]:
-        """New complete lines since the last poll."""
+    def poll(self, max_bytes: int | None = None) -> Poll[M]:
+        """New complete lines since the last poll (about `max_bytes` of them at most, never
+        less than a line: what follows is `more`)."""
         try:
             stat = self.path.stat()
         except FileNotFoundError:
@@ -232,9 +240,12 @@ class Follower(Generic[M]):
         self._inode = stat.st_ino
         if stat.st_size == self.offset:
             return Poll(reset=reset)
-        result = read(self.path, self.model, offset=self.offset, line=self.line)
+        end = None
+        if max_bytes is not None and stat.st_size - self.offset > max_bytes + LINE_LIMIT:
+            end = self.offset + max_bytes + LINE_LIMIT  # a whole line always fits
+        result = read(self.path, self.model, offset=self.offset, line=self.line, end=end)
         self.offset, self.line = result.offset, result.line
-        return Poll(result.records, result.bad, reset)
+        return Poll(result.records, result.bad, reset, result.starts, more=end is not None)
 
 
 def check_line(line: bytes, *, limit: int = LINE_LIMIT) -> None:

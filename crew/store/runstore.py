@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -63,9 +63,11 @@ _EPOCH_KEY = "leaderEpoch"
 class RunStore:
     """One run on disk."""
 
-    def __init__(self, paths: RunPaths) -> None:
+    def __init__(self, paths: RunPaths, *, lean_mail: bool = False) -> None:
+        """`lean_mail`: keep only messages that may still change in memory (crew/store/fold.py)."""
         _check_folders(paths)
         self.paths = paths
+        self.lean_mail = lean_mail
         #: manifest.json and the task files, each validated once per content.
         self.snapshots = Snapshots(paths)
         #: Each mailbox file folded by id, kept up to date by reading only what was appended.
@@ -93,13 +95,14 @@ class RunStore:
     def load(self) -> Recovery:
         """The run's current state, correct even after a crash mid-write (nothing is written).
 
-        Events beyond what the snapshots reflect are most often a writer between its commit
-        point and its last file: then the lock is held. The reader waits for it (briefly) and
-        looks again, so only a write that was really cut short is reported as one.
+        Files the marker does not describe are most often a writer between its commit point and
+        its last file, holding the lock: the reader waits for it (briefly) before it looks
+        closer, so a write cut short is all it reports, and a reader that woke in the middle of
+        a write never checks the whole run against its log.
         """
-        recovery = self.recover()
-        if recovery.clean:
-            return recovery
+        clean = self._recover_clean()
+        if clean is not None:
+            return clean
         try:
             with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
                 recovery = self.recover()
@@ -108,7 +111,7 @@ class RunStore:
                     self.remember(recovery.state.copy())
                 return recovery
         except (CrewTimeout, StoreError, OSError):  # a busy lock, or a folder it cannot write
-            return recovery
+            return self.recover()
 
     def _all_checked(self, recovery: Recovery) -> bool:
         """Whether a full check found every file as the log describes it (nothing to repair):
@@ -135,7 +138,7 @@ class RunStore:
         boxes = [box] if box is not None else list(Box)
         return [m for each in boxes for m in self.fold(each).values()]
 
-    def fold(self, box: Box) -> dict[str, MailboxMessage]:
+    def fold(self, box: Box) -> Mapping[str, MailboxMessage]:
         """The latest state of each message of a mailbox file (do not change the result)."""
         return self._fold_of(box).current()
 
@@ -155,8 +158,7 @@ class RunStore:
         return fold.counts
 
     def of_task(self, box: Box, task_id: str) -> list[str]:
-        """The ids of a task's messages in a mailbox file, in first-seen order (do not change
-        the result)."""
+        """The ids of a task's messages in a mailbox file, first seen first (do not change it)."""
         fold = self._fold_of(box)
         fold.current()
         return fold.by_task.get(task_id, [])
@@ -174,18 +176,26 @@ class RunStore:
         return fold.contacts.get(contact_id)
 
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
-        """Give `listener` the latest state of each message of a mailbox file now, in first-seen
-        order, then each new state as this store reads it (a line may come again when the file
-        is read again from its start): one reading of the file serves the store and its
-        follower, instead of each parsing every line."""
+        """Give `listener` each message's latest state now, in first-seen order (a lean store
+        reads the file again for it), then each new state this store reads: one reading of the
+        file serves the store and its follower, instead of each parsing every line."""
         fold = self._fold_of(box)
-        for message in fold.current().values():
+        known = fold.current()
+        if fold.lean:
+            known = mailfile.fold(mailfile.read(self.paths.box(box), end=fold.offset))
+        for message in known.values():
             listener(message)
         fold.listeners.append(listener)
 
+    def message(self, box: Box, message_id: str) -> MailboxMessage | None:
+        """A message of a mailbox file, by id, in its latest state."""
+        fold = self._fold_of(box)
+        fold.current()
+        return fold.get(message_id)
+
     def _fold_of(self, box: Box) -> MailboxFold:
         if box not in self._folds:
-            self._folds[box] = MailboxFold(self.paths.box(box))
+            self._folds[box] = MailboxFold(self.paths.box(box), lean=self.lean_mail)
         return self._folds[box]
 
     def peek_epoch(self) -> int | None:

@@ -157,16 +157,22 @@ class Txn:
     def messages(self, box: Box) -> Mapping[str, MailboxMessage]:
         """The folded mailbox as it will be after this transaction: the file's fold (read up to
         date) with this transaction's own lines over it, in first-seen order."""
-        return ChainMap(self._staged.setdefault(box, {}), self.store.fold(box))
+        folded = self.store.fold(box)  # a lean store's is read-only, and reads some back
+        return ChainMap(self._staged.setdefault(box, {}), folded)  # type: ignore[arg-type]
+
+    def message(self, box: Box, message_id: str) -> MailboxMessage | None:
+        """A message of a mailbox file, by id, as it will be after this transaction."""
+        staged = self._staged.get(box, {}).get(message_id)
+        return staged if staged is not None else self.store.message(box, message_id)
 
     def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file as they will be after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with them alone."""
         ids = self.store.of_task(box, task_id)
-        latest = self.messages(box)
         known = set(ids)
         new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
-        return [latest[i] for i in ids] + [latest[i] for i in new if i not in known]
+        found = (self.message(box, i) for i in [*ids, *(i for i in new if i not in known)])
+        return [m for m in found if m is not None]
 
     def keyed(self, box: Box, key: str) -> MailboxMessage | None:
         """The message of a mailbox file first sent under idempotency key `key`, as it will be
@@ -176,7 +182,7 @@ class Txn:
             staged = self._staged.get(box, {}).values()
             keyed = (m.id for m in staged if (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key)
             message_id = next(keyed, None)
-        return None if message_id is None else self.messages(box).get(message_id)
+        return None if message_id is None else self.message(box, message_id)
 
     def asking(self, contact_id: str) -> MailboxMessage | None:
         """The outbox message that asked question `contact_id` (None if there is none)."""
@@ -190,7 +196,7 @@ class Txn:
                 and (m.data or {}).get(MessageData.CONTACT_ID) == contact_id
             )
             message_id = next(asked, None)
-        return None if message_id is None else self.messages(Box.OUTBOX).get(message_id)
+        return None if message_id is None else self.message(Box.OUTBOX, message_id)
 
     def pending(self, box: Box, *task_ids: str) -> list[MailboxMessage]:
         """The tasks' messages in a mailbox file that will be pending after this transaction, in
