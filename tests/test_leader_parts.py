@@ -21,7 +21,7 @@ from conftest import SESSION, config
 from crew import ids, verbs
 from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
 from crew.config import AutoRespondRule
-from crew.domain import change, tasks
+from crew.domain import change, mailbox, tasks
 from crew.leader import autorespond, schedule, signals
 from crew.leader.signals import MALFORMED_EVENTS, AgentState
 from crew.leader.wakeups import Wakeups
@@ -29,6 +29,7 @@ from crew.leader.worker_process import MAX_LINE, LineSplitter
 from crew.models import MailboxMessage, SupervisorContact, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report
 from crew.registry import (
+    INBOUND_BOXES,
     LEADER,
     Box,
     ContactType,
@@ -822,3 +823,32 @@ def test_a_huge_line_after_complete_ones_is_taken_with_them() -> None:
     lines = LineSplitter(limit=8)
     assert lines.feed(b"one\ntwo\n0123456789") == [b"one", b"two", b"0123456789"]
     assert lines.rest() == []
+
+
+def test_a_leaders_pending_keeps_a_carried_message_in_its_place(make_run: Any) -> None:
+    # A leader's store keeps only the messages that may still change, and gives its view only
+    # those at start: a steer acknowledged before then, carried to a next attempt later, still
+    # comes before a steer written after it.
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242)
+    first = verbs.steer(store, "plan", "first", session=SESSION).message
+    with change(store) as txn:
+        mailbox.deliver(txn, [first], attempt=1)
+    with change(store) as txn:
+        mailbox.acknowledge(txn, "plan", first.id)
+    second = verbs.steer(store, "plan", "second", session=SESSION).message
+
+    lean = RunStore(store.paths, lean_mail=True)
+    pending = schedule.Pending(lean.place)
+    for box in INBOUND_BOXES:
+        lean.follow_mail(box, pending.adopt)
+    running = store.state().tasks["plan"]
+    assert [m.id for m in pending.due(running)] == [second.id]
+
+    with change(store) as txn:  # the attempt ends; the next one is given the steers again
+        tasks.interrupt(txn, "plan", "the leader stopped")
+        tasks.start(txn, "plan", attempt=2, pid=4243)
+    for box in INBOUND_BOXES:
+        lean.fold(box)
+    assert [m.id for m in pending.due(store.state().tasks["plan"])] == [first.id, second.id]

@@ -3,7 +3,7 @@ messages a worker is given now, when an idle agent is done. Tested without a pro
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from crew.domain import mailbox
 from crew.leader.signals import AgentState
@@ -88,19 +88,23 @@ class Pending:
     """Undelivered messages to each task (the latest line of each), kept up to date from the
     mailbox files and the leader's own writes."""
 
-    def __init__(self) -> None:
+    def __init__(self, place: Callable[[MailboxMessage], int] | None = None) -> None:
+        """`place`: where a message was first written, as its mailbox file's reader knows it
+        (default: the order messages are first adopted in)."""
         self._by_task: dict[str, dict[str, MailboxMessage]] = {}
         #: Messages seen past `pending`, and in which round (`mailbox.carried`): a file re-read
         #: from its start never revives them; only a newer round's `pending` line does.
         self._settled: dict[str, int] = {}
         #: The order messages were first seen in: the order they were written.
         self._order: dict[str, int] = {}
+        self._place = place
 
     def adopt(self, message: MailboxMessage) -> None:
         """Take in the latest known line of a message (lines may repeat when a file is re-read)."""
         if message.direction is not Direction.INBOX:
             return
-        self._order.setdefault(message.id, len(self._order))  # a carried message keeps its place
+        if self._place is None:  # a carried message keeps its place
+            self._order.setdefault(message.id, len(self._order))
         waiting = self._by_task.setdefault(message.task_id, {})
         round_ = message.carried
         if message.status is not MessageStatus.PENDING:
@@ -112,8 +116,10 @@ class Pending:
     def due(self, task: Task, *, answers_only_while_asking: bool = False) -> list[MailboxMessage]:
         """What the task's worker may be given now (see `deliverable`)."""
         waiting = self._by_task.get(task.id, {}).values()
+        place = self._place
+        order = self._order if place is None else {m.id: place(m) for m in waiting}
         return deliverable(
-            waiting, task, self._order, answers_only_while_asking=answers_only_while_asking
+            waiting, task, order, answers_only_while_asking=answers_only_while_asking
         )
 
     def any_for(self, task_id: str, kind: MessageKind | None = None) -> bool:

@@ -37,7 +37,7 @@ class RunView:
         self.store = store
         self.epoch = epoch
         self.state: RunState = store.state()
-        self.pending = Pending()
+        self.pending = Pending(store.place)
         self._on_events = on_events
         for box in INBOUND_BOXES:
             store.follow_mail(box, self.pending.adopt)

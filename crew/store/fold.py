@@ -70,13 +70,15 @@ class MailboxFold:
             if not poll.more:
                 return _Messages(self) if self.lean else self._messages
 
-    @property
-    def offset(self) -> int:
-        """How far the file was read: the end of its last complete line read."""
-        return self._lines.offset
+    def kept(self) -> Iterator[MailboxMessage]:
+        """The messages a lean fold keeps in memory (those that may still change)."""
+        return iter(list(self._messages.values()))
 
-    def get(self, message_id: str) -> MailboxMessage | None:
-        """A message's latest state as last read (from the file, if it is not kept)."""
+    def get(self, message_id: str, *, read: bool = False) -> MailboxMessage | None:
+        """A message's latest state as last read (`read`: after what was appended), from the
+        file if it is not kept."""
+        if read:
+            self.current()
         found = self._messages.get(message_id)
         if found is None and message_id in self._starts:
             return self._read_back(message_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -176,22 +177,21 @@ class RunStore:
         return fold.contacts.get(contact_id)
 
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
-        """Give `listener` each message's latest state now, in first-seen order (a lean store
-        reads the file again for it), then each new state this store reads: one reading of the
-        file serves the store and its follower, instead of each parsing every line."""
+        """Give `listener` each message's latest state now (a lean store's: those it keeps), then
+        each new state this store reads: one reading of the file serves both."""
         fold = self._fold_of(box)
         known = fold.current()
-        if fold.lean:
-            known = mailfile.fold(mailfile.read(self.paths.box(box), end=fold.offset))
-        for message in known.values():
+        for message in fold.kept() if fold.lean else known.values():
             listener(message)
         fold.listeners.append(listener)
 
+    def place(self, message: MailboxMessage) -> int:
+        """Where a message was first written in its mailbox file (after all, if not yet read)."""
+        return self._fold_of(message.kind.box).order.get(message.id, sys.maxsize)
+
     def message(self, box: Box, message_id: str) -> MailboxMessage | None:
         """A message of a mailbox file, by id, in its latest state."""
-        fold = self._fold_of(box)
-        fold.current()
-        return fold.get(message_id)
+        return self._fold_of(box).get(message_id, read=True)
 
     def _fold_of(self, box: Box) -> MailboxFold:
         if box not in self._folds:
