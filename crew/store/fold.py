@@ -128,7 +128,10 @@ class MailboxFold:
         """A message not kept, merged again from its lines in the file (None if the file no
         longer holds them: it was replaced, and the next read starts it again)."""
         message: MailboxMessage | None = None
-        fd = open_fd(self.path, os.O_RDONLY)
+        try:
+            fd = open_fd(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # gone: the next read starts again from nothing
+            return None
         try:
             for start in self._starts[message_id]:
                 raw = _line_at(fd, start)
