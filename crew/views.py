@@ -67,7 +67,7 @@ def pending_counts(tasks: list[Task], messages: list[MailboxMessage]) -> Pending
 
 def pending_messages(store: RunStore) -> list[MailboxMessage]:
     """The messages to the run's workers that wait to be delivered (the latest line of each)."""
-    return [m for box in INBOUND_BOXES for m in store.pending(box)[0].values()]
+    return [m for box in INBOUND_BOXES for m in store.mail(box).pending.values()]
 
 
 def run_status(store: RunStore) -> StatusReport:

@@ -110,16 +110,16 @@ def test_what_the_fold_indexes_is_read_again_when_the_file_is_replaced(make_run:
         _message(2, "build", MessageStatus.PENDING),
     )
     jsonl.append(path, [kept.to_line(), gone.to_line()])
-    assert store.keyed(Box.STEERING, "k2") == gone.id and store.of_task(Box.STEERING, "build")
+    fold = store.mail(Box.STEERING)
+    assert fold.keys.get("k2") == gone.id and fold.by_task.get("build")
 
     replacement = path.with_name("replacement")
     replacement.write_bytes(kept.to_line())
     replacement.replace(path)  # as a repair rewrites a file: another inode, shorter
 
-    assert store.keyed(Box.STEERING, "k2") is None and store.keyed(Box.STEERING, "k0") == kept.id
-    assert store.of_task(Box.STEERING, "build") == [] and store.of_task(Box.STEERING, "plan") == [
-        kept.id
-    ]
+    fold = store.mail(Box.STEERING)
+    assert fold.keys.get("k2") is None and fold.keys.get("k0") == kept.id
+    assert fold.by_task.get("build", []) == [] and fold.by_task.get("plan") == [kept.id]
 
 
 def test_the_question_an_answer_answers_is_found_by_its_contact_id(make_run: MakeRun) -> None:
@@ -167,10 +167,11 @@ def test_a_lean_fold_gives_what_a_full_one_does(
 
     full = dict(store.fold(box))
     assert list(lean.fold(box).values()) == list(full.values()) == list(latest.values())
+    kept, every = lean.mail(box), store.mail(box)
     for message_id, message in full.items():
-        assert lean.message(box, message_id) == message
+        assert kept.get(message_id) == message
     for task in ("plan", "build"):
-        assert lean.of_task(box, task) == store.of_task(box, task)
+        assert kept.by_task.get(task) == every.by_task.get(task)
     for key in ("k0", "k1", "k2"):
-        assert lean.keyed(box, key) == store.keyed(box, key)
-    assert lean.pending(box) == store.pending(box)
+        assert kept.keys.get(key) == every.keys.get(key)
+    assert (kept.pending, kept.order) == (every.pending, every.order)

@@ -74,11 +74,8 @@ class MailboxFold:
         """The messages a lean fold keeps in memory (those that may still change)."""
         return iter(list(self._messages.values()))
 
-    def get(self, message_id: str, *, read: bool = False) -> MailboxMessage | None:
-        """A message's latest state as last read (`read`: after what was appended), from the
-        file if it is not kept."""
-        if read:
-            self.current()
+    def get(self, message_id: str) -> MailboxMessage | None:
+        """A message's latest state as last read (from the file, if it is not kept)."""
         found = self._messages.get(message_id)
         if found is None and message_id in self._starts:
             return self._read_back(message_id)

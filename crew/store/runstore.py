@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -27,7 +26,7 @@ from crew.models import (
     Task,
 )
 from crew.paths import Home, RunPaths
-from crew.registry import Box, EventType, MessageKind
+from crew.registry import Box, EventType
 from crew.store import eventlog, jsonl, mailbox_repair, mailfile, marker, snapshot
 from crew.store.files import (
     boot_id,
@@ -143,38 +142,12 @@ class RunStore:
         """The latest state of each message of a mailbox file (do not change the result)."""
         return self._fold_of(box).current()
 
-    def pending(self, box: Box) -> tuple[dict[str, MailboxMessage], dict[str, int]]:
-        """The messages of a mailbox file whose latest line is pending, and the place of every
-        message in first-seen order (do not change the results): what sends and status count,
-        without going through every message ever sent."""
+    def mail(self, box: Box) -> MailboxFold:
+        """A mailbox file's fold, read up to date: its messages, the pending ones and their
+        counts, and what they are indexed by (do not change any of it)."""
         fold = self._fold_of(box)
         fold.current()
-        return fold.pending, fold.order
-
-    def pending_counts(self, box: Box) -> Counter[tuple[str, MessageKind]]:
-        """How many messages of a mailbox file are pending, per task and kind (do not change
-        the result): what a send's backpressure counts, in time independent of them."""
-        fold = self._fold_of(box)
-        fold.current()
-        return fold.counts
-
-    def of_task(self, box: Box, task_id: str) -> list[str]:
-        """The ids of a task's messages in a mailbox file, first seen first (do not change it)."""
-        fold = self._fold_of(box)
-        fold.current()
-        return fold.by_task.get(task_id, [])
-
-    def keyed(self, box: Box, key: str) -> str | None:
-        """The id of the message of a mailbox file first sent under idempotency key `key`."""
-        fold = self._fold_of(box)
-        fold.current()
-        return fold.keys.get(key)
-
-    def asking(self, contact_id: str) -> str | None:
-        """The id of the outbox message that asked question `contact_id`."""
-        fold = self._fold_of(Box.OUTBOX)
-        fold.current()
-        return fold.contacts.get(contact_id)
+        return fold
 
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
         """Give `listener` each message's latest state now (a lean store's: those it keeps), then
@@ -188,10 +161,6 @@ class RunStore:
     def place(self, message: MailboxMessage) -> int:
         """Where a message was first written in its mailbox file (after all, if not yet read)."""
         return self._fold_of(message.kind.box).order.get(message.id, sys.maxsize)
-
-    def message(self, box: Box, message_id: str) -> MailboxMessage | None:
-        """A message of a mailbox file, by id, in its latest state."""
-        return self._fold_of(box).get(message_id, read=True)
 
     def _fold_of(self, box: Box) -> MailboxFold:
         if box not in self._folds:

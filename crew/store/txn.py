@@ -24,7 +24,7 @@ A crash between 1 and 4 leaves events that the other files do not reflect yet; t
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from crew import clock
@@ -163,12 +163,12 @@ class Txn:
     def message(self, box: Box, message_id: str) -> MailboxMessage | None:
         """A message of a mailbox file, by id, as it will be after this transaction."""
         staged = self._staged.get(box, {}).get(message_id)
-        return staged if staged is not None else self.store.message(box, message_id)
+        return staged if staged is not None else self.store.mail(box).get(message_id)
 
     def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file as they will be after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with them alone."""
-        ids = self.store.of_task(box, task_id)
+        ids = self.store.mail(box).by_task.get(task_id, [])
         known = set(ids)
         new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
         found = (self.message(box, i) for i in [*ids, *(i for i in new if i not in known)])
@@ -177,32 +177,38 @@ class Txn:
     def keyed(self, box: Box, key: str) -> MailboxMessage | None:
         """The message of a mailbox file first sent under idempotency key `key`, as it will be
         after this transaction, in time independent of the messages."""
-        message_id = self.store.keyed(box, key)
-        if message_id is None:  # first sent in this transaction, if at all
-            staged = self._staged.get(box, {}).values()
-            keyed = (m.id for m in staged if (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key)
-            message_id = next(keyed, None)
-        return None if message_id is None else self.message(box, message_id)
+        return self._indexed(
+            box,
+            self.store.mail(box).keys.get(key),
+            lambda m: (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key,
+        )
 
     def asking(self, contact_id: str) -> MailboxMessage | None:
         """The outbox message that asked question `contact_id` (None if there is none)."""
-        message_id = self.store.asking(contact_id)
-        if message_id is None:  # asked in this transaction, if at all
-            staged = self._staged.get(Box.OUTBOX, {}).values()
-            asked = (
-                m.id
-                for m in staged
-                if m.kind is MessageKind.CONTACT
+        return self._indexed(
+            Box.OUTBOX,
+            self.store.mail(Box.OUTBOX).contacts.get(contact_id),
+            lambda m: (
+                m.kind is MessageKind.CONTACT
                 and (m.data or {}).get(MessageData.CONTACT_ID) == contact_id
-            )
-            message_id = next(asked, None)
-        return None if message_id is None else self.message(Box.OUTBOX, message_id)
+            ),
+        )
+
+    def _indexed(
+        self, box: Box, message_id: str | None, match: Callable[[MailboxMessage], bool]
+    ) -> MailboxMessage | None:
+        """The message a fold's index names; if it names none, the first this transaction wrote
+        that `match`es."""
+        if message_id is None:
+            message_id = next((m.id for m in self._staged.get(box, {}).values() if match(m)), None)
+        return None if message_id is None else self.message(box, message_id)
 
     def pending(self, box: Box, *task_ids: str) -> list[MailboxMessage]:
         """The tasks' messages in a mailbox file that will be pending after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with the pending ones
         alone."""
-        pending, order = self.store.pending(box)
+        fold = self.store.mail(box)
+        pending, order = fold.pending, fold.order
         staged = self._staged.get(box, {})
         latest = {**pending, **staged}
         wanted = set(task_ids)
@@ -217,11 +223,11 @@ class Txn:
     def pending_count(self, box: Box, task_id: str, kinds: Collection[MessageKind]) -> int:
         """How many of a task's messages of these kinds in a mailbox file will be pending after
         this transaction, in time independent of them."""
-        counts = self.store.pending_counts(box)
-        count = sum(counts[task_id, kind] for kind in kinds)
+        fold = self.store.mail(box)
+        count = sum(fold.counts[task_id, kind] for kind in kinds)
         if box not in self._staged:
             return count
-        before, _ = self.store.pending(box)
+        before = fold.pending
         for message_id, message in self._staged[box].items():
             was = before.get(message_id)
             if was is not None and was.task_id == task_id and was.kind in kinds:
