@@ -31,13 +31,7 @@ from crew.models import (
     Task,
     Usage,
 )
-from crew.registry import (
-    ContactType,
-    EventType,
-    MessageData,
-    MessageKind,
-    MessageSource,
-)
+from crew.registry import ContactType, EventType, MessageData, MessageKind, MessageSource
 from crew.store.txn import Txn
 from crew.text import confirms
 
@@ -120,13 +114,6 @@ def limits_of(run: Run, task: Task) -> Limits:
             for each in _LIMITS.values()
         }
     )
-
-
-def waits_to_start(task: Task) -> bool:
-    """Whether the task's next attempt waits for the answer to crew's question about a limit
-    (`pause` with `before_start`): no worker runs for it."""
-    limit = task.contact.limit if task.contact is not None else None
-    return limit is not None and limit.before_start
 
 
 def pause(

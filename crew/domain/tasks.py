@@ -278,6 +278,13 @@ def wait(txn: Txn, question: SupervisorContact, *, unstarted: bool = False) -> T
     )
 
 
+def waits_to_start(task: Task) -> bool:
+    """Whether the task's next attempt waits for the answer to crew's question about a limit
+    (crew/domain/budget.py): no worker runs for it."""
+    limit = task.contact.limit if task.contact is not None else None
+    return limit is not None and limit.before_start
+
+
 def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
     """A respond was sent (`message`, recorded with this change): the task runs again, its
     question answered, or its flag cleared — a person has looked at it, so the count of
@@ -293,11 +300,10 @@ def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
     if task.status is TaskStatus.NEEDS_REVIEW:
         changes["error"] = None  # why it was flagged: no longer true
     what = f"question {question.id}" if question else "flag"
-    unstarted = question is not None and question.limit is not None and question.limit.before_start
     return transition(
         txn,
         task_id,
-        TaskStatus.QUEUED if unstarted else TaskStatus.RUNNING,
+        TaskStatus.QUEUED if waits_to_start(task) else TaskStatus.RUNNING,
         event_type=EventType.TASK_RESPONDED,
         message=f"answered {task_id}'s {what}: {short(message.body)}",
         data=data,

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from crew import domain
-from crew.domain import budget, gate, runs, tasks
+from crew.domain import gate, runs, tasks
 from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, write_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
@@ -64,7 +64,7 @@ def claim(
         result = Takeover(lease)
         if resume:
             for task in txn.state.task_list():
-                if task.status not in LIVE_TASK_STATUSES or budget.waits_to_start(task):
+                if task.status not in LIVE_TASK_STATUSES or tasks.waits_to_start(task):
                     continue
                 if task.pid is not None and task.node is None:  # Ray ends a remote one
                     orphans.append((task.id, task.pid, task.attempt))
