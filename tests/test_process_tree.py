@@ -6,17 +6,21 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SESSION
 from leaders import Leader, eventually, store_of, write_crew
 
 from crew import verbs
+from crew.leader import spawn
+from crew.leader.spawn import Launch
 from crew.paths import Home
-from crew.procs import is_alive, is_worker, tree
-from crew.procs.cgroup import CgroupHome
+from crew.procs import cgroup, is_alive, is_worker, tree
+from crew.procs.cgroup import Cgroup, CgroupHome, cgroup_path
 from crew.registry import TaskStatus
 
 #: A child in a session of its own, still carrying the worker's environment.
@@ -217,27 +221,101 @@ def test_a_worker_is_in_its_cgroup_before_its_program_runs(tmp_path: Path, home:
     assert unified and f"/crew-{leader.run_id}-t-1-" in unified[0]
 
 
-def test_a_program_is_found_as_popen_finds_it(tmp_path: Path) -> None:
-    from crew.leader.spawn import Launch, executable
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Cgroup]:
+    """A worker's group in this process's cgroup, removed after the test."""
+    home = CgroupHome.find()
+    if home is None:
+        pytest.skip("this system does not let crew make cgroups")
+    made = home.make(f"{tmp_path.name}-t-1-{os.getpid()}")
+    assert made is not None
+    yield made
+    made.kill()
+    eventually(made.remove, timeout=10)
 
-    script = tmp_path / "tool"
-    script.write_text("#!/bin/sh\n")
-    script.chmod(0o755)
-    plain = tmp_path / "plain"
-    plain.write_text("")
 
-    def launch(name: str, path: str = "/nowhere") -> Launch:
-        return Launch([name], tmp_path, {"PATH": path}, "0" * 64)
+def _launch(tmp_path: Path, *argv: str) -> Launch:
+    return Launch(list(argv), tmp_path, dict(os.environ), "0" * 64)
 
-    assert executable(launch("./tool")) == os.path.join(tmp_path, "./tool")
-    assert executable(launch("tool", f"/nowhere:{tmp_path}")) == str(tmp_path / "tool")
-    with pytest.raises(FileNotFoundError) as missing:
-        executable(launch("./absent"))
-    assert (missing.value.strerror, missing.value.filename) == (
-        "No such file or directory",
-        "./absent",
+
+def test_a_worker_is_born_in_its_group_and_the_leader_stays_in_its_own(
+    tmp_path: Path, group: Cgroup
+) -> None:
+    own = cgroup_path(os.getpid())
+    process = spawn.start(_launch(tmp_path, "sleep", "1000"), merge_stderr=True, group=group)
+    try:
+        assert group.holds(process.pid)
+        assert cgroup_path(os.getpid()) == own == group.path.parent
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_no_other_child_of_the_leader_is_born_in_a_workers_group(
+    tmp_path: Path, group: Cgroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A notify command (or a version check) started from another thread while the leader is
+    # inside a worker's group for a start waits for the leader to be back in its own.
+    inside, go = threading.Event(), threading.Event()
+    born_in: dict[str, Path | None] = {}
+    popen = subprocess.Popen
+
+    def held_popen(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        born_in[argv[0]] = cgroup_path(os.getpid())
+        if argv[0] == "sleep":  # the worker: hold the leader inside its group
+            inside.set()
+            assert go.wait(timeout=30)
+        return popen(argv, **options)
+
+    monkeypatch.setattr(spawn.subprocess, "Popen", held_popen)
+    started: list[subprocess.Popen[bytes]] = []
+    worker = threading.Thread(
+        target=lambda: started.append(
+            spawn.start(_launch(tmp_path, "sleep", "1000"), merge_stderr=True, group=group)
+        )
     )
-    with pytest.raises(PermissionError):
-        executable(launch("./plain"))
-    with pytest.raises(FileNotFoundError):
-        executable(launch("tool"))  # not on this PATH
+    worker.start()
+    assert inside.wait(timeout=30)
+    notify = threading.Thread(
+        target=lambda: started.append(
+            spawn.start_command(
+                ["true"],
+                cwd=tmp_path,
+                env=dict(os.environ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    )
+    notify.start()
+    notify.join(timeout=0.5)  # without the lock it would have been started by now, inside
+    go.set()
+    worker.join(timeout=30)
+    notify.join(timeout=30)
+    for process in started:
+        process.kill()
+        process.wait()
+    assert born_in == {"sleep": group.path, "true": group.path.parent}
+
+
+def test_a_leader_that_cannot_leave_a_workers_group_kills_the_child(
+    tmp_path: Path, group: Cgroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = group.path.parent / "cgroup.procs"
+    move = cgroup._move_self
+    monkeypatch.setattr(cgroup, "_move_self", lambda procs: procs != home and move(procs))
+    popen = subprocess.Popen
+    started: list[subprocess.Popen[bytes]] = []
+
+    def kept_popen(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        started.append(popen(argv, **options))
+        return started[-1]
+
+    monkeypatch.setattr(spawn.subprocess, "Popen", kept_popen)
+    try:
+        with pytest.raises(OSError, match="could not move back"):
+            spawn.start(_launch(tmp_path, "sleep", "1000"), merge_stderr=True, group=group)
+    finally:
+        assert move(home)  # this test's own process goes home
+    assert [p.returncode for p in started] == [-signal.SIGKILL]

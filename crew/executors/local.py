@@ -94,10 +94,9 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self._cgroups = CgroupHome.find()
-        #: Whether a worker was seen in its group before the leader moved it. Until then each
-        #: new worker is checked, and moved if it is not there yet; after, the shell's join is
-        #: trusted (the same permissions let every worker join): the check costs a read of
-        #: /proc, and a second move of a worker whose shell had not run yet, ~0.6 ms a worker.
+        #: Whether a worker was seen born in its group. Until then each new worker is checked,
+        #: and moved there if it is not; after, the birth in the group is trusted (the same
+        #: permissions let the leader enter every group): the check costs a read of /proc.
         self._joins_itself = False
         if self._cgroups is not None:
             self._cgroups.clear_dead()  # what leaders that died (kill -9, a power cut) left
@@ -113,9 +112,8 @@ class LocalExecutor:
     ) -> LocalHandle:
         """Start a worker here (`resources` place workers on a cluster; here they are moot)."""
         group = self._new_cgroup(launch, task_id, attempt)
-        join = group.procs if group is not None else None
         try:
-            process = spawn.start(launch, merge_stderr=merge_stderr, join=join)
+            process = spawn.start(launch, merge_stderr=merge_stderr, group=group)
         except BaseException:
             if group is not None:
                 group.remove()
@@ -136,7 +134,7 @@ class LocalExecutor:
         """Nothing to let go of: the leader's children are its own."""
 
     def _in_group(self, group: Cgroup, pid: int) -> bool:
-        """Whether the worker is in its group: it joined it itself (and so will every worker
+        """Whether the worker is in its group: it was born there (and so will every worker
         after it: crew/leader/spawn.py), or the leader moved it there (False: the kernel
         would not)."""
         if group.holds(pid):

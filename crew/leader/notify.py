@@ -202,6 +202,7 @@ class Notifier:
                 cwd=self.paths.home.project_dir,
                 env=self._environment(job.event),
                 stdin=stdin.fileno(),
+                stdout=subprocess.DEVNULL,
                 stderr=stderr.fileno(),
             )
         except OSError as error:

@@ -3,11 +3,11 @@ group) and `[[notify]]` commands."""
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +16,8 @@ from crew.adapters.base import Adapter
 from crew.config import PLACEHOLDERS, AgentConfig
 from crew.models import Run, Task
 from crew.paths import RunPaths
+from crew.procs import cgroup
+from crew.procs.cgroup import Cgroup
 
 #: The worker protocol this leader speaks (docs/worker-protocol.md).
 PROTOCOL_VERSION = "1"
@@ -82,42 +84,55 @@ def launch_for(
     return Launch(argv, cwd, variables, ids.token_hash(token))
 
 
-#: Run by /bin/sh in a worker's process before the worker's program: it moves itself into the
-#: worker's cgroup (writing 0 to `cgroup.procs` moves the writer), then becomes the program. No
-#: process exists between the two, so nothing the worker starts is ever outside the group.
-SHELL = "/bin/sh"
-_JOIN_THEN_EXEC = 'echo 0 > "$0" 2>/dev/null; exec "$@"'
+#: Held while a process is started: a worker is started with the leader inside the worker's
+#: cgroup for that moment, and no other thread's child may be born there.
+_STARTING = threading.Lock()
 
 
 def start(
-    launch: Launch, *, merge_stderr: bool, join: Path | None = None
+    launch: Launch, *, merge_stderr: bool, group: Cgroup | None = None
 ) -> subprocess.Popen[bytes]:
     """Start a worker in its own session and process group, with pipes for its streams
-    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order); with `join`
-    (a cgroup's `cgroup.procs`), the worker's process joins that group before its program runs.
+    (stderr shares stdout's pipe with `merge_stderr`, keeping their exact order); with `group`,
+    the worker's process is born in that cgroup, before its program runs.
 
     No Python runs between fork and exec, so Python can vfork: a fork of the leader, whose
-    pages would all be mapped again, costs it about 3 ms a worker (docs/performance.md). To
-    join a group first, the process execs /bin/sh, which joins and execs the program; the
-    program is found first, as Popen would find it, so a missing one fails here, as before.
+    pages would all be mapped again, costs it about 3 ms a worker (docs/performance.md). A child
+    is born in its parent's cgroup, so the leader moves itself into the worker's group for the
+    moment of the start, and back: no shell or hook has to run in the child to join it.
 
-    Raises OSError (e.g. FileNotFoundError) when the command cannot be started.
+    Raises OSError (e.g. FileNotFoundError) when the command cannot be started, or when the
+    leader could not leave the group (the child is then killed: it never ran as a worker).
     """
     faults.out_of_files_at("spawn")
-    argv = launch.argv
-    if join is not None and os.access(SHELL, os.X_OK):
-        argv = [SHELL, "-c", _JOIN_THEN_EXEC, str(join), executable(launch), *argv[1:]]
-    process = subprocess.Popen(
-        argv,
-        cwd=launch.cwd,
-        env=launch.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        bufsize=0,
-    )
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            bufsize=0,
+        )
+
+    with _STARTING:
+        if group is None:
+            process = popen()
+        else:
+            started: list[subprocess.Popen[bytes]] = []
+            try:
+                with cgroup.inside(group):
+                    started.append(popen())
+            except BaseException:
+                for child in started:  # started, but the leader is stuck in its group
+                    child.kill()
+                    child.wait()
+                raise
+            process = started[0]
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             os.set_blocking(stream.fileno(), False)
@@ -125,42 +140,22 @@ def start(
 
 
 def start_command(
-    argv: list[str], *, cwd: Path, env: dict[str, str], stdin: int, stderr: int
+    argv: list[str], *, cwd: Path, env: dict[str, str], stdin: int, stdout: int, stderr: int
 ) -> subprocess.Popen[bytes]:
-    """Start a command that is not a worker (a `[[notify]]` command) in its own session and
-    process group, reading `stdin` and writing `stderr` (descriptors of files: no pipe the
-    leader would have to tend), its stdout discarded. Raises OSError when it cannot start."""
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        start_new_session=True,
-        close_fds=True,
-    )
-
-
-def executable(launch: Launch) -> str:
-    """The program `launch` runs, found as Popen finds it (a name with a `/` from the worker's
-    folder, else on the worker's PATH); FileNotFoundError or PermissionError as Popen raises
-    them when it cannot be run."""
-    name = launch.argv[0]
-    if "/" in name:
-        candidates = [os.path.join(launch.cwd, name)]
-    else:
-        folders = os.get_exec_path(launch.env)
-        candidates = [os.path.join(folder, name) for folder in folders]
-    denied = False
-    for path in candidates:
-        if os.path.isfile(path):
-            if os.access(path, os.X_OK):
-                return path
-            denied = True
-    if denied:
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
-    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    """Start a command that is not a worker (a `[[notify]]` command, an agent's `--version`) in
+    its own session and process group, with the given descriptors for its streams (files,
+    pipes or DEVNULL). Raises OSError when it cannot start."""
+    with _STARTING:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 def failure(agent: AgentConfig, error: OSError | ValueError) -> str:

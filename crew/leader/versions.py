@@ -15,6 +15,7 @@ from pathlib import Path
 
 from crew import env
 from crew.domain import tasks
+from crew.leader import spawn
 from crew.leader.spawn import Launch
 from crew.leader.view import RunView
 from crew.models import Task
@@ -93,17 +94,22 @@ class Versions:
 def _version_of(program: str, cwd: Path, variables: dict[str, str]) -> str | None:
     """The first line `program --version` prints (None if it fails or says nothing)."""
     try:
-        done = subprocess.run(
+        process = spawn.start_command(
             [program, "--version"],
             cwd=cwd,
             env=variables,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PATIENCE,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
-    if done.returncode != 0:
+    try:
+        out, _ = process.communicate(timeout=PATIENCE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
         return None
-    return first_line(done.stdout.decode("utf-8", errors="replace"), MAX_VERSION) or None
+    if process.returncode != 0:
+        return None
+    return first_line(out.decode("utf-8", errors="replace"), MAX_VERSION) or None

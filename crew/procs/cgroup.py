@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,7 @@ class Cgroup:
 
     @property
     def procs(self) -> Path:
-        """The file a process writes 0 to, to join the group (crew/leader/spawn.py)."""
+        """The file a process writes 0 to, to join the group."""
         return self.path / "cgroup.procs"
 
     def kill(self) -> None:
@@ -127,6 +128,43 @@ class CgroupHome:
         except OSError:
             return None
         return Cgroup(path)
+
+
+@contextlib.contextmanager
+def inside(group: Cgroup) -> Iterator[bool]:
+    """This process in `group` for the block, then back in its own cgroup (the group's parent,
+    where crew makes every worker's group): a child it starts meanwhile is born in the group,
+    with no moment outside it. Yields False, and stays where it is, when the kernel will not
+    move it in. Raises OSError when it cannot move back, the block done.
+
+    Moving a process moves all of its threads: the caller makes sure that no other thread
+    starts a process meanwhile (crew/leader/spawn.py).
+    """
+    if not _move_self(group.procs):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        home = group.path.parent
+        if not _move_self(home / "cgroup.procs"):
+            raise OSError(f"could not move back into cgroup {home} from {group.path}")
+
+
+def _move_self(procs: Path) -> bool:
+    """Move this process into the group of `procs` (writing 0 moves the writer); False when
+    the kernel refuses."""
+    try:
+        fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"0")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def cgroup_path(pid: int) -> Path | None:
