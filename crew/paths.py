@@ -138,6 +138,8 @@ class RunPaths:
     leader_log = _Below(".runtime", "leader.log")
     #: How far the snapshots and mailbox are known to reflect the event log (a cache).
     applied = _Below(".runtime", "applied")
+    #: The spare of each task's snapshot, which its next write fills (crew/store/snapshot.py).
+    task_twins_dir = _Below(".runtime", "tasks")
     #: The run's mutation lock.
     lock = _Below(".lock")
 
@@ -154,6 +156,10 @@ class RunPaths:
         if path is None:  # made once per task: the leader writes them constantly
             path = files[task_id] = self.tasks_dir / f"{check_task_id(task_id)}.json"
         return path
+
+    def task_twin(self, task_id: str) -> Path:
+        """The spare of a task's snapshot, `.runtime/tasks/<taskId>.json`."""
+        return self.task_twins_dir / self.task_file(task_id).name
 
     def log(self, task_id: str) -> Path:
         return self.logs_dir / f"{check_task_id(task_id)}.log"

@@ -68,7 +68,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 SDK = "crew.worker"
 SDK_MAY_IMPORT = ("base", "crew.protocol")
 #: The store's primitives know bytes, files and locks: nothing of crew above the base.
-STORE_PRIMITIVES = ("files", "jsonl", "lock", "snapshot", "watch")
+STORE_PRIMITIVES = ("exchange", "files", "jsonl", "lock", "snapshot", "watch")
 #: The package itself: its public names load lazily; anything may read `crew.__version__`.
 PACKAGE = "crew"
 

@@ -273,14 +273,19 @@ def test_sixteen_writers_hammering_one_run_never_time_out_or_lose_a_line(
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-def test_the_temp_file_of_a_writer_killed_mid_replace_is_removed_by_the_next_writer(
+def test_a_writer_killed_after_filling_a_tasks_spare_changed_nothing_it_had_not_committed(
     tmp_path: Path, home: Home
 ) -> None:
     store = _scripted_run(tmp_path, home)
+    before = store.paths.task_file("b").read_bytes()
 
     killed = _crew("cancel", store.run_id, "b", fault="temp:tasks/b.json")
     assert killed.returncode == -9
-    assert [p.name for p in store.paths.tasks_dir.glob(".b.json.*.tmp")] != []
+    assert b'"cancelled"' in store.paths.task_twin("b").read_bytes()  # the spare, filled
+    assert store.paths.task_file("b").read_bytes() == before  # the snapshot, as it was
+    writer = subprocess.Popen(["true"])  # a temp file of an older crew whose writer is gone
+    writer.wait()
+    store.paths.tasks_dir.joinpath(f".b.json.{writer.pid}.abcd.tmp").write_text("{")
     assert _crew("follow-up", store.run_id, "a", "next").returncode == 0
 
     assert list(store.paths.tasks_dir.glob(".*.tmp")) == []

@@ -6,6 +6,7 @@ exited worker's processes reads only its cgroup."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import SESSION
@@ -16,7 +17,7 @@ from crew.leader.view import RunView
 from crew.procs import tree
 from crew.procs.cgroup import Cgroup
 from crew.registry import TaskStatus
-from crew.store import snapshot
+from crew.store import exchange, snapshot
 from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
@@ -27,13 +28,14 @@ def test_a_transaction_rewrites_only_the_snapshots_it_changed(
 ) -> None:
     store = make_run()
     written: list[str] = []
-    real = snapshot.write_atomic
+    atomic, by_twin = snapshot.write_atomic, snapshot.write_by_twin
 
-    def spy(path, data, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(path, data, *args, **kwargs):  # type: ignore[no-untyped-def]
         written.append(path.name)
-        real(path, data, **kwargs)
+        (by_twin if args else atomic)(path, data, *args, **kwargs)
 
     monkeypatch.setattr(snapshot, "write_atomic", spy)
+    monkeypatch.setattr(snapshot, "write_by_twin", spy)
     with change(store) as txn:
         tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
     verbs.follow_up(store, "plan", "also the parser", session=SESSION)
@@ -106,3 +108,55 @@ def test_the_task_snapshots_are_read_with_the_standard_library_alone(make_run: M
     store.paths.tasks_dir.joinpath("plan.json.corrupt-20261130T000000Z").unlink()
     store.paths.tasks_dir.rmdir()
     assert read_task_snapshots(store.paths.root) is None  # an older run: tasks.json
+
+
+# ------------------------------------------------------------------ a task's snapshot and spare
+
+
+def test_a_snapshot_written_by_its_spare_creates_no_file_after_the_first(tmp_path: Path) -> None:
+    path, twin = tmp_path / "tasks" / "a.json", tmp_path / ".runtime" / "tasks" / "a.json"
+    path.parent.mkdir()
+    path.write_bytes(b"0\n")
+    inodes = set()
+    for n in range(1, 6):
+        snapshot.write_by_twin(path, f"{n}\n".encode() * n, twin)
+        assert path.read_bytes() == f"{n}\n".encode() * n
+        assert twin.read_bytes() == f"{n - 1}\n".encode() * max(n - 1, 1)  # the one before
+        inodes |= {path.stat().st_ino, twin.stat().st_ino}
+    assert len(inodes) == 2  # the two files, swapped each time: none made after the first
+
+
+def test_a_reader_of_a_snapshot_keeps_what_it_opened_over_the_next_write(tmp_path: Path) -> None:
+    path, twin = tmp_path / "a.json", tmp_path / "spare" / "a.json"
+    snapshot.write_by_twin(path, b'{"v": 1}\n', twin)
+    snapshot.write_by_twin(path, b'{"v": 2}\n', twin)
+    with path.open("rb") as reader:
+        snapshot.write_by_twin(path, b'{"v": 3, "longer": true}\n', twin)
+        assert reader.read() == b'{"v": 2}\n'
+    assert path.read_bytes() == b'{"v": 3, "longer": true}\n'
+
+
+def test_where_names_cannot_be_swapped_a_snapshot_is_renamed_into_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(exchange, "_unsupported", True)
+    path, twin = tmp_path / "a.json", tmp_path / "spare" / "a.json"
+    path.write_bytes(b"old\n")
+    with path.open("rb") as reader:
+        snapshot.write_by_twin(path, b"new\n", twin)
+        snapshot.write_by_twin(path, b"newer\n", twin)
+        assert reader.read() == b"old\n"
+    assert path.read_bytes() == b"newer\n"
+    assert not twin.exists()  # each write's twin was renamed into place
+
+
+def test_two_names_are_swapped_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("A")
+    b.write_text("B")
+    if not exchange.exchange(str(a), str(b)):
+        pytest.skip("this system cannot swap two names")
+    assert (a.read_text(), b.read_text()) == ("B", "A")
+    with pytest.raises(FileNotFoundError):
+        exchange.exchange(str(a), str(tmp_path / "absent"))
+    assert a.read_text() == "B"

@@ -1,4 +1,5 @@
-"""Atomic JSON snapshots: temp file, fsync, replace, directory fsync; corrupt ones quarantined."""
+"""Atomic JSON snapshots (a temp file renamed into place, or a spare swapped with the file), with
+fsync where asked; corrupt ones quarantined."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from crew import clock, faults
 from crew.errors import Corrupt, StoreError
 from crew.procs import is_alive
-from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, open_fd, read_bytes, write_all
+from crew.store import exchange
+from crew.store.files import (
+    FILE_MODE,
+    fsync_dir,
+    fsync_enabled,
+    make_dirs,
+    open_fd,
+    read_bytes,
+    write_all,
+)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -56,6 +66,52 @@ def write_atomic(
         if not replaced:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
+
+
+def write_by_twin(
+    path: Path, data: bytes, twin: Path, *, durable: bool = True, label: str | None = None
+) -> None:
+    """Replace `path` with `data` as `write_atomic` does, through `twin`, a second file kept for
+    it: the twin is overwritten in place and the two names swapped in one step, so the old
+    content becomes the next write's twin. After the first write no file is created.
+
+    Why: on ext4, renaming a new file over an existing one makes the kernel write the new
+    file's blocks out at once (auto_da_alloc), and the writer sleeps on it, on a busy machine
+    for milliseconds (docs/performance.md). A swap does not. The price: a reader that opened
+    `path` and reads it after two more writes may read the newer content, or a mix of two; crew's
+    readers check the run did not change meanwhile (docs/design.md). Where names cannot be
+    swapped (crew/store/exchange.py), or `path` does not exist yet, it is a rename.
+    """
+    durable = durable and fsync_enabled()
+    name = label or path.name
+    try:
+        try:
+            fd = open_fd(twin, os.O_WRONLY | os.O_CREAT)
+        except FileNotFoundError:
+            make_dirs(twin.parent)
+            fd = open_fd(twin, os.O_WRONLY | os.O_CREAT)
+        try:
+            write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        faults.crash_at(f"temp:{name}")
+        try:
+            swapped = exchange.exchange(os.fspath(twin), os.fspath(path))
+        except FileNotFoundError:
+            swapped = False  # no `path` yet: the twin becomes it
+        if not swapped:
+            os.replace(twin, path)
+        if durable:
+            fsync_dir(path.parent)
+            fsync_dir(twin.parent)
+        faults.crash_at(f"replace:{name}")
+    except OSError as exc:
+        raise StoreError(
+            f"Could not write {path}: {exc.strerror}. It was left as it was.", errno=exc.errno
+        ) from None
 
 
 def leftovers(*folders: Path) -> list[Path]:

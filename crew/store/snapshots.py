@@ -104,7 +104,8 @@ class Snapshots:
         for task in tasks:
             path = self.paths.task_file(task.id)
             data = snapshot.dump_model(task)
-            snapshot.write_atomic(path, data, durable=durable, label=f"tasks/{task.id}.json")
+            twin = self.paths.task_twin(task.id)
+            snapshot.write_by_twin(path, data, twin, durable=durable, label=f"tasks/{task.id}.json")
             self._cache[path] = (data, task)
         if run is not None:
             data = snapshot.dump_model(run)

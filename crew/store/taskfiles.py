@@ -2,11 +2,11 @@
 changed (docs/design.md, "One file per task").
 
 Each file holds one Task exactly as an element of the old `tasks.json` array did: pretty JSON,
-2-space indent, keys in schema order, trailing newline, written atomically (a temp file
-`.<taskId>.json.<pid>.<random>.tmp` in the same folder, then a rename). The run's task order
-(crew.toml's) is the order of `config.tasks` in manifest.json. A run made by an older crew has
-no `tasks/` folder and keeps its tasks in `tasks.json`, which is read as before until the next
-writer converts it.
+2-space indent, keys in schema order, trailing newline, written atomically (through a spare in
+`.runtime/tasks/` whose name is swapped with it: crew/store/snapshot.py `write_by_twin`). The
+run's task order (crew.toml's) is the order of `config.tasks` in manifest.json. A run made by an
+older crew has no `tasks/` folder and keeps its tasks in `tasks.json`, which is read as before
+until the next writer converts it.
 
 This module uses the standard library only: a command's fast path reads the tasks with
 `read_task_snapshots` and `json.loads`, before anything heavier is imported.
