@@ -20,6 +20,7 @@ from bench import (
     notify,
     oneshot,
     ray_scale,
+    snapshots,
     storage,
     store,
 )
@@ -28,6 +29,7 @@ from bench.common import Row
 BENCHMARKS = {
     "history": history.run,
     "store": store.run,
+    "snapshots": snapshots.run,
     "delivery": delivery.run,
     "notify": notify.run,
     "oneshot": oneshot.run,

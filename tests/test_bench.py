@@ -43,8 +43,9 @@ def quick_bench(tmp_path: Path, *names: str) -> str:
 
 @pytest.mark.bench
 def test_the_quick_benchmarks_still_run(tmp_path: Path) -> None:
-    shown = quick_bench(tmp_path, "store", "history", "delivery", "notify", "mcp")
+    shown = quick_bench(tmp_path, "store", "history", "delivery", "notify", "mcp", "snapshots")
     assert "crew follow-up transaction, fsync off" in shown
+    assert "spare swapped with it, every core busy" in shown
     assert "`crew steer` started → worker read" in shown
     assert "status vs history" in shown
     assert "contact printed → `[[notify]]` command read it" in shown
