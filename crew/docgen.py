@@ -66,8 +66,9 @@ modification time (docs/design.md, "crew logs") |
 | `.runtime/leader.json` | [leader](#leader) |
 | `.runtime/applied`, `.runtime/<box>.pending.json` | caches of what the files above say, \
 rebuilt when missing or stale (docs/design.md: the applied marker, the pending index) |
-| `.runtime/tasks/<taskId>.json` | a task's snapshot before its last write, the spare its next \
-write fills (docs/design.md, "Snapshots"): never read |
+| `.runtime/tasks/<taskId>.json`, `.runtime/leader.spare.json` | a task's snapshot, and the \
+lease, before their last write: the spare the next write fills (docs/design.md, "Snapshots"); \
+never read |
 | `crew.toml` | [config](#config) |
 """
 

@@ -134,6 +134,8 @@ class RunPaths:
     runtime_dir = _Below(".runtime")
     #: The leader lease (leader.json).
     leader = _Below(".runtime", "leader.json")
+    #: The lease before its last write, the spare its next write fills (crew/store/snapshot.py).
+    leader_spare = _Below(".runtime", "leader.spare.json")
     #: The output of a leader started with --detach.
     leader_log = _Below(".runtime", "leader.log")
     #: How far the snapshots and mailbox are known to reflect the event log (a cache).

@@ -13,6 +13,7 @@ from conftest import SESSION
 
 from crew import verbs
 from crew.domain import change, tasks
+from crew.domain.lease import new_lease, read_lease, write_lease
 from crew.leader.view import RunView
 from crew.procs import tree
 from crew.procs.cgroup import Cgroup
@@ -124,6 +125,19 @@ def test_a_snapshot_written_by_its_spare_creates_no_file_after_the_first(tmp_pat
         assert twin.read_bytes() == f"{n - 1}\n".encode() * max(n - 1, 1)  # the one before
         inodes |= {path.stat().st_ino, twin.stat().st_ino}
     assert len(inodes) == 2  # the two files, swapped each time: none made after the first
+
+
+def test_a_heartbeat_creates_no_file_after_the_first(make_run: MakeRun) -> None:
+    store = make_run()
+    lease = new_lease(SESSION, 1)
+    inodes = set()
+    for beat in range(4):
+        lease = lease.model_copy(update={"epoch": beat + 1})
+        write_lease(store.paths, lease)
+        inodes |= {store.paths.leader.stat().st_ino}
+        assert read_lease(store.paths, stale_after=60).leader == lease
+    inodes |= {store.paths.leader_spare.stat().st_ino}
+    assert len(inodes) == 2
 
 
 def test_a_reader_of_a_snapshot_keeps_what_it_opened_over_the_next_write(tmp_path: Path) -> None:

@@ -77,17 +77,19 @@ def refuse_if_led(lease: Lease, run_id: str) -> None:
 
 
 def write_lease(paths: RunPaths, info: LeaderInfo) -> None:
-    """Write .runtime/leader.json (volatile: no fsync).
+    """Write .runtime/leader.json (volatile: no fsync), through its spare: a heartbeat a second
+    creates no file and frees none (crew/store/snapshot.py `write_by_twin`).
 
     Only the leader that holds the lease, or one claiming it under the run lock, writes it. It
     is padded with spaces to LEASE_ROOM bytes, so that on a full disk, where no new file can be
-    written, the leader can still write its heartbeat over the old one in place.
+    written, the leader can still write its heartbeat in place: in the spare, or, before there
+    is one, over the lease itself.
     """
     make_dirs(paths.runtime_dir)
     data = snapshot.dump_model(info)
     data = data[:-1] + b" " * (LEASE_ROOM - len(data)) + data[-1:]
     try:
-        snapshot.write_atomic(paths.leader, data, durable=False)
+        snapshot.write_by_twin(paths.leader, data, paths.leader_spare, durable=False)
     except StoreError as error:
         if error.errno not in {errno.ENOSPC, errno.EDQUOT} or not snapshot.overwrite(
             paths.leader, data
