@@ -5,6 +5,8 @@ exited worker's processes reads only its cgroup."""
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,6 +164,19 @@ def test_where_names_cannot_be_swapped_a_snapshot_is_renamed_into_place(
         assert reader.read() == b"old\n"
     assert path.read_bytes() == b"newer\n"
     assert not twin.exists()  # each write's twin was renamed into place
+
+
+def test_a_spare_on_another_file_system_gives_way_to_a_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def across(a: str, b: str) -> bool:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), a, None, b)
+
+    monkeypatch.setattr(exchange, "exchange", across)
+    path, twin = tmp_path / "a.json", tmp_path / "spare" / "a.json"
+    path.write_bytes(b"old\n")
+    snapshot.write_by_twin(path, b"new\n", twin)
+    assert path.read_bytes() == b"new\n"
 
 
 def test_two_names_are_swapped_and_a_missing_one_is_an_error(tmp_path: Path) -> None:

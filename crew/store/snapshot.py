@@ -102,6 +102,11 @@ def write_by_twin(
             swapped = exchange.exchange(os.fspath(twin), os.fspath(path))
         except FileNotFoundError:
             swapped = False  # no `path` yet: the twin becomes it
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            write_atomic(path, data, durable=durable, label=label)  # the twin is elsewhere
+            return
         if not swapped:
             os.replace(twin, path)
         if durable:
