@@ -1,7 +1,8 @@
 """A flat leader and flat transactions: what one costs must not grow with the number of tasks or
 workers. Checked by what is read and written, not by timing: a transaction writes only the
-snapshots of the tasks it changed; a leader's view is not stale after its own writes; ending an
-exited worker's processes reads only its cgroup."""
+snapshots of the tasks it changed, each through its spare, creating no file after the first; a
+leader's view is not stale after its own writes; ending an exited worker's processes reads only
+its cgroup."""
 
 from __future__ import annotations
 
