@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -45,23 +46,15 @@ def write_atomic(
     temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     replaced = False
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        try:
-            write_all(fd, data)
+        with _left_as_it_was(path):
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+            _fill(fd, data, durable=durable)
+            faults.crash_at(f"temp:{label or name}")
+            os.replace(temp, path)
+            replaced = True
             if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        faults.crash_at(f"temp:{label or name}")
-        os.replace(temp, path)
-        replaced = True
-        if durable:
-            fsync_dir(path.parent)
-        faults.crash_at(f"replace:{label or name}")
-    except OSError as exc:
-        raise StoreError(
-            f"Could not write {path}: {exc.strerror}. It was left as it was.", errno=exc.errno
-        ) from None
+                fsync_dir(path.parent)
+            faults.crash_at(f"replace:{label or name}")
     finally:
         if not replaced:
             with contextlib.suppress(FileNotFoundError):
@@ -84,19 +77,13 @@ def write_by_twin(
     """
     durable = durable and fsync_enabled()
     name = label or path.name
-    try:
+    with _left_as_it_was(path):
         try:
             fd = open_fd(twin, os.O_WRONLY | os.O_CREAT)
         except FileNotFoundError:
             make_dirs(twin.parent)
             fd = open_fd(twin, os.O_WRONLY | os.O_CREAT)
-        try:
-            write_all(fd, data)
-            os.ftruncate(fd, len(data))
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fill(fd, data, durable=durable)
         faults.crash_at(f"temp:{name}")
         try:
             swapped = exchange.exchange(os.fspath(twin), os.fspath(path))
@@ -113,6 +100,25 @@ def write_by_twin(
             fsync_dir(path.parent)
             fsync_dir(twin.parent)
         faults.crash_at(f"replace:{name}")
+
+
+def _fill(fd: int, data: bytes, *, durable: bool) -> None:
+    """Write `data` as the whole content of the file open at `fd` (cut to its length), fsync
+    it if `durable`, and close it."""
+    try:
+        write_all(fd, data)
+        os.ftruncate(fd, len(data))
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _left_as_it_was(path: Path) -> Iterator[None]:
+    """An OSError in the block, as the StoreError of a write of `path` that did not happen."""
+    try:
+        yield
     except OSError as exc:
         raise StoreError(
             f"Could not write {path}: {exc.strerror}. It was left as it was.", errno=exc.errno
