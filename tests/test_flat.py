@@ -16,7 +16,7 @@ from conftest import SESSION
 
 from crew import verbs
 from crew.domain import change, tasks
-from crew.domain.lease import new_lease, read_lease, write_lease
+from crew.domain.lease import new_lease, read_lease, release, write_lease
 from crew.leader.view import RunView
 from crew.procs import tree
 from crew.procs.cgroup import Cgroup
@@ -141,6 +141,8 @@ def test_a_heartbeat_creates_no_file_after_the_first(make_run: MakeRun) -> None:
         assert read_lease(store.paths, stale_after=60).leader == lease
     inodes |= {store.paths.leader_spare.stat().st_ino}
     assert len(inodes) == 2
+    release(store.paths, lease)  # a clean end leaves neither
+    assert not store.paths.leader.exists() and not store.paths.leader_spare.exists()
 
 
 def test_a_reader_of_a_snapshot_keeps_what_it_opened_over_the_next_write(tmp_path: Path) -> None:

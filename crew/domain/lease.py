@@ -129,10 +129,12 @@ def stop(paths: RunPaths, info: LeaderInfo, reason: str) -> LeaderInfo:
 
 
 def release(paths: RunPaths, info: LeaderInfo) -> None:
-    """Remove leader.json if it is still ours (a leader that ended the run cleanly)."""
+    """Remove leader.json, and its spare, if it is still ours (a leader that ended the run
+    cleanly)."""
     try:
         current = snapshot.load(paths.leader, LeaderAdapter)
     except (FileNotFoundError, Corrupt):
         return
     if current.pid == info.pid and current.epoch == info.epoch:
         paths.leader.unlink(missing_ok=True)
+        paths.leader_spare.unlink(missing_ok=True)
