@@ -186,10 +186,41 @@ def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | N
         candidate = folder / HOME_DIRNAME
         if candidate.is_dir():
             return Home(candidate)
-    raise NotFound(
-        f"No {HOME_DIRNAME} folder here or in any parent of {here}.",
-        hint="Create one with `crew init`, or name one with --home or CREW_HOME.",
-    )
+    nearby = _homes_in(here)
+    hint = "Create one with `crew init`, or name one with --home or CREW_HOME."
+    if nearby:
+        from shlex import quote
+
+        named = " or ".join(f"--home {quote(name)}" for name in nearby[:3])
+        hint = f"This folder keeps runs in {', '.join(nearby)}: add {named}; or create a home "
+        hint += "with `crew init`."
+    raise NotFound(f"No {HOME_DIRNAME} folder here or in any parent of {here}.", hint=hint)
+
+
+def _homes_in(folder: Path) -> list[str]:
+    """The folders right inside `folder` that hold runs (`crew run .crew-example/crew.toml` keeps
+    its runs beside the crew.toml it ran): what a lost user most likely meant."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    except OSError:
+        return []
+    return [name for name in names if (folder / name / "state" / "runs").is_dir()]
+
+
+def home_option(home: Home) -> str:
+    """How a command typed here reaches `home`, when it would not find it by itself (`crew run
+    CONFIG` kept its runs beside CONFIG, or the home was named with --home): `--home PATH`;
+    else an empty string."""
+    try:
+        if find_home().root.resolve() == home.root.resolve():
+            return ""
+    except NotFound:
+        pass
+    from shlex import quote
+
+    root = home.root.resolve()
+    where = os.path.relpath(root, Path.cwd().resolve())
+    return f"--home {quote(str(root) if where.startswith('..') else where)}"
 
 
 def home_for_run(config: Path | None, *, explicit: str | os.PathLike[str] | None = None) -> Home:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -171,6 +172,40 @@ def test_run_detach_quiet_prints_the_run_id_and_run_quiet_nothing(
     eventually(lambda: store_of(home, run_id).state().run.status.terminal, timeout=30)
     assert (led.returncode, led.stdout, led.stderr) == (0, "", "")
     assert crew("run", "crew.toml", cwd=tmp_path).stdout != ""  # what -q left out
+
+
+def test_a_run_kept_beside_its_crew_toml_says_how_other_commands_reach_it(tmp_path: Path) -> None:
+    """No home is found from here, so `crew run sub/crew.toml` keeps the run in `sub`: what it
+    prints tells how to reach it, and the command it suggests works as typed."""
+    (tmp_path / ".crew").rmdir()
+    (tmp_path / "sub").mkdir()
+    write_crew(tmp_path / "sub", [{"id": "t", "prompt": "exit:3"}])
+    env = {k: v for k, v in os.environ.items() if k != "CREW_HOME"}
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "crew", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    detached = here("run", "sub/crew.toml", "--detach")
+    led = here("run", "sub/crew.toml", "--json")  # JSON says nothing of it: stdout is data
+
+    run_id = detached.stdout.strip()
+    assert detached.stderr == (
+        f"crew: other commands reach it with --home sub: `crew status {run_id} --home sub`\n"
+    )
+    (suggested,) = re.findall(r"`crew (status .*)`", detached.stderr)
+    assert here(*shlex.split(suggested)).returncode == 0
+    eventually(
+        lambda: store_of(Home(tmp_path / "sub"), run_id).state().run.status.terminal, timeout=30
+    )
+    assert json.loads(led.stdout.splitlines()[-1])["status"] == "failed"
+    assert (
+        f"`crew rerun {json.loads(led.stdout.splitlines()[-1])['runId']} --failed --home sub`"
+        in (led.stderr)
+    )
+    assert here("status").stderr.endswith("add --home sub; or create a home with `crew init`.\n")
 
 
 def test_a_failed_quiet_run_says_it_with_the_exit_code(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -65,6 +67,15 @@ def test_the_example_crew_runs_to_completion_unattended(tmp_path: Path) -> None:
         "pausing the draft for: Make the intro friendlier" in store.paths.log("draft").read_text()
     )
     assert "uploaded to staging" in store.paths.log("publish").read_text()
+    # No home is found from here: the run says how to reach it, and that command works.
+    assert f"crew: run {run_id} (other commands reach it with --home example)" in done.stderr
+    (suggested,) = re.findall(r"see it again with `crew (status .*)`", done.stderr)
+    assert suggested == f"status {run_id} --home example"
+    again = subprocess.run(
+        [sys.executable, "-m", "crew", *shlex.split(suggested)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0 and "publish" in again.stdout, again.stderr
     shown = subprocess.run(
         [sys.executable, "-m", "crew", "mailbox", run_id, "--json"],
         env={**env, "CREW_HOME": str(copy)}, capture_output=True, text=True, check=True,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from crew import ids
 from crew.errors import NotFound, UsageError
-from crew.paths import Home, find_home
+from crew.paths import Home, find_home, home_option
 
 HOSTILE = ["../x", "/etc/passwd", "a/../../b", "", "a" * 65, "..", ".", "a/b", "A", "x\x00y"]
 
@@ -114,5 +114,45 @@ def test_no_home_anywhere_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     bare.mkdir()
     (tmp_path / ".crew").rmdir()
 
-    with pytest.raises(NotFound, match=r"No \.crew folder here or in any parent"):
+    with pytest.raises(NotFound, match=r"No \.crew folder here or in any parent") as raised:
         find_home(bare)
+    assert raised.value.hint == "Create one with `crew init`, or name one with --home or CREW_HOME."
+
+
+def test_no_home_points_at_a_folder_beside_that_keeps_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`crew run .crew-example/crew.toml` kept its runs beside its crew.toml: a later `crew
+    status` from the same folder is told where they are."""
+    monkeypatch.delenv("CREW_HOME")
+    (tmp_path / ".crew").rmdir()
+    (tmp_path / ".crew-example" / "state" / "runs").mkdir(parents=True)
+    (tmp_path / "my crew" / "state" / "runs").mkdir(parents=True)
+    (tmp_path / "src").mkdir()  # holds no runs: not named
+
+    with pytest.raises(NotFound) as raised:
+        find_home(tmp_path)
+
+    assert raised.value.hint == (
+        "This folder keeps runs in .crew-example, my crew: add --home .crew-example or "
+        "--home 'my crew'; or create a home with `crew init`."
+    )
+
+
+def test_home_option_is_what_a_command_typed_here_needs_to_reach_a_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CREW_HOME")
+    monkeypatch.chdir(tmp_path)
+    beside = tmp_path / "example"
+    beside.mkdir()
+
+    assert home_option(Home(tmp_path / ".crew")) == ""  # found from here anyway
+    assert home_option(Home(beside)) == "--home example"
+    monkeypatch.chdir(beside)  # the .crew above is found here, and is not `beside`
+    assert home_option(Home(beside)) == "--home ."
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "src")  # not below the home: its whole path
+    assert home_option(Home(beside)) == f"--home {beside.resolve()}"
+    monkeypatch.setenv("CREW_HOME", str(beside))
+    assert home_option(Home(beside)) == ""

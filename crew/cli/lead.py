@@ -190,11 +190,15 @@ def _lead(
     from crew import render, render_streams
     from crew.leader import detach as in_background
     from crew.leader import lead, outcome
+    from crew.paths import home_option
     from crew.results.leading import Detached
 
+    reach = home_option(store.paths.home)
     if detach:
         pid = in_background(store, session=session, options=options)
-        return render.emit(Detached(store.run_id, pid), json=json)
+        return render.emit(Detached(store.run_id, pid, reach), json=json)
+    if reach:
+        detail += f" (other commands reach it with {reach})"
     if interactive and sys.stdout.isatty() and sys.stdin.isatty():
         from crew.dashboard import lead_with_view
 
@@ -206,7 +210,9 @@ def _lead(
             partial(render.starting, store.run_id, resumed=options.resume, json=json, detail=detail)
         )
         code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
-    return render.emit(outcome(store, code), json=json)
+    result = outcome(store, code)
+    result.home_option = reach
+    return render.emit(result, json=json)
 
 
 def _while_read(show: Callable[..., None]) -> Callable[..., None]:

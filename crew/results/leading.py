@@ -42,6 +42,16 @@ class Detached(Result):
 
     run_id: str
     pid: int
+    #: `--home PATH` when a command typed here would not find the run's home by itself.
+    home_option: str = ""
+
+    def notes(self) -> list[str]:
+        if not self.home_option:
+            return []
+        return [
+            f"other commands reach it with {self.home_option}: `crew status {self.run_id} "
+            f"{self.home_option}`"
+        ]
 
     def quiet_lines(self) -> list[str]:
         return [self.run_id]
@@ -62,6 +72,9 @@ class Led(Result):
     status: RunStatus
     #: How many tasks ended in each status.
     tasks: dict[str, int]
+    #: `--home PATH` when a command typed here would not find the run's home by itself: the
+    #: commands the notes suggest carry it.
+    home_option: str = ""
 
     json_line = True
 
@@ -79,19 +92,21 @@ class Led(Result):
         return "ended"
 
     def notes(self) -> list[str]:
-        run = self.run_id
+        run, home = self.run_id, f" {self.home_option}" if self.home_option else ""
         if self.code is ExitCode.INTERRUPTED:
             # One command a line: a narrow terminal wraps a line, never a command in two.
             return [
                 f"stopped leading run {run}",
-                f"continue it with `crew resume {run}`",
-                f"end it with `crew cancel {run}`",
+                f"continue it with `crew resume {run}{home}`",
+                f"end it with `crew cancel {run}{home}`",
             ]
         if self.code is ExitCode.REFUSED:
             return [f"another leader took over run {run}; this one stopped without writing"]
         ended = [f"run {run} {self.status}: {format_counts(self.tasks)}"]
         if self.status in {RunStatus.FAILED, RunStatus.CANCELLED}:
-            ended.append(f"run what did not complete again with `crew rerun {run} --failed`")
+            ended.append(f"run what did not complete again with `crew rerun {run} --failed{home}`")
+        elif home:
+            ended.append(f"see it again with `crew status {run}{home}`")
         return ended
 
     def to_json(self) -> dict[str, Any]:
