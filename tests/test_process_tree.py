@@ -190,6 +190,39 @@ def test_a_child_that_cleared_its_environment_is_found_through_its_parent(pids: 
         worker.wait()
 
 
+def test_the_leftovers_of_reaped_workers_are_found_in_one_reading_of_the_processes(
+    pids: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without cgroups, a worker's exit is followed by a look at every process for what it left
+    running. Workers already reaped are no one's parent, so no parent is read; and the exits of
+    one wake-up share one reading of /proc (per exit, 500 workers made the leader O(N²))."""
+    workers = [
+        _sleep(
+            {"CREW_RUN_ID": "r1", "CREW_TASK_ID": task},
+            f"setsid sleep 1000 & echo $! > {pids}/{task}",
+        )
+        for task in ("t1", "t2")
+    ]
+    for worker in workers:
+        worker.wait()  # reaped: their children went to init, still carrying the marks
+    left = _started(pids, "t1", "t2")
+    readings, parents = [], []
+    pids_of, parent_of = tree._pids, tree.parent_of
+    monkeypatch.setattr(tree, "_pids", lambda: readings.append(1) or pids_of())
+    monkeypatch.setattr(tree, "parent_of", lambda pid: parents.append(pid) or parent_of(pid))
+    owners = [tree.Owner("r1", t, root=w.pid) for t, w in zip(("t1", "t2"), workers, strict=True)]
+
+    with tree.one_scan():
+        found = [tree.signal_tree(owner, signal.SIGTERM) for owner in owners]
+
+    assert found == [{left[0]}, {left[1]}]
+    assert len(readings) == 1
+    assert parents == [w.pid for w in workers]  # each gone worker's own, no other
+    eventually(lambda: not any(_sleeper(pid) for pid in left))
+    assert tree.signal_tree(owners[0], signal.SIGKILL) == set()  # outside: read afresh
+    assert len(readings) == 2
+
+
 def test_groups_left_by_a_leader_that_died_are_removed_by_the_next(tmp_path: Path) -> None:
     cgroups = CgroupHome.find()
     if cgroups is None:

@@ -39,7 +39,7 @@ from crew.leader.view import OnEvents, RunView
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import WorkerProcess
 from crew.models import LeaderInfo, MailboxMessage, SupervisorContact, Task
-from crew.procs import raise_open_files
+from crew.procs import raise_open_files, tree
 from crew.registry import LIVE_TASK_STATUSES, RunStatus
 from crew.store.lock import patience
 from crew.store.runstore import RunStore
@@ -196,17 +196,18 @@ class Leader:
         deadline = time.monotonic() + timeout
         while True:
             woken = False
-            for key, _mask in self._selector.select(timeout):
-                kind, worker = key.data
-                if worker is not None:
-                    woken = True
-                    with self.guard.guarding(worker):
-                        self.workers.handle(kind, worker, key.fd)
-                    continue
-                # The leader's own writes wake the watcher too: slept through, not read again.
-                self.wakeups.handle(kind)
-                self._dirty = self._dirty or self.view.stale()
-                woken = woken or self._dirty or kind != "files" or self.wakeups.failed
+            with tree.one_scan():  # the exits of one wake-up look for their leftovers together
+                for key, _mask in self._selector.select(timeout):
+                    kind, worker = key.data
+                    if worker is not None:
+                        woken = True
+                        with self.guard.guarding(worker):
+                            self.workers.handle(kind, worker, key.fd)
+                        continue
+                    # The leader's own writes wake the watcher too: slept through, not read again.
+                    self.wakeups.handle(kind)
+                    self._dirty = self._dirty or self.view.stale()
+                    woken = woken or self._dirty or kind != "files" or self.wakeups.failed
             timeout = deadline - time.monotonic()
             if woken or timeout <= 0:
                 self.exits.record()

@@ -26,6 +26,7 @@ import contextlib
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,17 +143,54 @@ def candidates(owner: Owner) -> set[int]:
     of every process on the machine, per worker exit, made a leader of N workers O(N²))."""
     if owner.cgroup is not None:
         return set(owner.cgroup.pids())
+    # A worker already reaped (the usual case: it exited) is no process's parent any more: its
+    # children went to init at its exit. Then only the marks can find them, and no parent pid
+    # need be read (half of what this scan costs).
+    root = owner.root if owner.root is not None and parent_of(owner.root) is not None else None
+    if root is None and _scan.active:
+        return {pid for pid in _crew_processes() if _environ_marks(owner, pid)}
     found: set[int] = set()
     parents: dict[int, list[int]] = {}
     for pid in _pids():
-        ppid = parent_of(pid)
-        if ppid is not None:
+        if root is not None and (ppid := parent_of(pid)) is not None:
             parents.setdefault(ppid, []).append(pid)
         if _environ_marks(owner, pid):
             found.add(pid)
-    if owner.root is not None:
-        found |= _descendants(owner.root, parents)
+    if root is not None:
+        found |= _descendants(root, parents)
     return found
+
+
+class _Scan(threading.local):
+    """Within `one_scan()` (on this thread): the processes that carry a crew run id, once read."""
+
+    active = False
+    seen: list[int] | None = None
+
+
+_scan = _Scan()
+
+
+@contextlib.contextmanager
+def one_scan() -> Iterator[None]:
+    """Within the block, the leftovers of workers already reaped are looked for in one reading
+    of the machine's processes, shared: a leader woken by many exits at once reads every
+    process once, not once per exit. A process born later descends from one found (its
+    environment is inherited), which is signalled, and looked at again when its SIGKILL is due."""
+    if _scan.active:
+        yield
+        return
+    _scan.active, _scan.seen = True, None
+    try:
+        yield
+    finally:
+        _scan.active, _scan.seen = False, None
+
+
+def _crew_processes() -> list[int]:
+    if _scan.seen is None:
+        _scan.seen = [pid for pid in _pids() if _carries_a_run(pid)]
+    return _scan.seen
 
 
 def _proven(owner: Owner, pid: int) -> bool:
@@ -190,6 +228,14 @@ def _pids() -> Iterator[int]:
         for name in os.listdir("/proc"):
             if name.isdigit():
                 yield int(name)
+
+
+def _carries_a_run(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return env.RUN_ID.name.encode() + b"=" in handle.read()
+    except OSError:
+        return False
 
 
 def _environ_marks(owner: Owner, pid: int) -> bool:
