@@ -15,11 +15,18 @@ a power cut; crew without (CREW_FSYNC=0) and SQLite `synchronous=NORMAL` survive
 crashing. Each round starts from a fresh run (and a fresh database), untimed, so a mailbox never
 grows beyond one batch; the crew cases run once more on a run of LARGE_RUN tasks, to show what
 the size of a run adds to a transaction. The cases take turns, round after round.
+
+Beside them, the least a writer of crew's files can do per transaction, in Python (the bound
+any implementation of the format meets, not crew's code): take the run lock with `flock`, read
+the marker and check the two files' sizes against it, append the same event line (fsynced, the
+commit point) and mailbox line with one `write()` each, and overwrite the marker in place. What
+separates crew from it is crew's own work: filelock's acquire and release, the gate, the models.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import sqlite3
@@ -37,6 +44,7 @@ from crew.domain.runs import create_run
 from crew.fast import fast, runfiles
 from crew.paths import Home
 from crew.registry import Box
+from crew.store.lock import locked
 from crew.store.runstore import RunStore
 
 LARGE_RUN = 1_000
@@ -47,6 +55,10 @@ SQLITE_NORMAL = "SQLite WAL transaction, synchronous=NORMAL"
 CREW_LARGE = f"crew follow-up transaction, fsync off, {LARGE_RUN:,}-task run"
 FAST_ON = "crew follow-up, the command's fast path in process, fsync on"
 FAST_OFF = "crew follow-up, the command's fast path in process, fsync off"
+LEAST_ON = "the least a writer of crew's files does (flock, 2 appends, marker), fsync on"
+LEAST_OFF = "the least a writer of crew's files does (flock, 2 appends, marker), fsync off"
+FILELOCK = "the run lock alone: filelock acquire + release (crew/store/lock.py)"
+FLOCK = "the same lock file taken by flock directly"
 GOAL = "≥ 1.0× (equal durability)"
 SCHEMA = """
 CREATE TABLE tasks (id TEXT PRIMARY KEY, status TEXT, json TEXT);
@@ -123,6 +135,74 @@ def _written_lines(folder: Path) -> tuple[str, str]:
     return event, message
 
 
+class LeastCase:
+    """`batch` transactions of the same two lines as crew's, doing only what the file format
+    needs (see the module's docstring), in a folder made fresh before each call."""
+
+    def __init__(self, folder: Path, batch: int, *, fsync: bool, lines: tuple[str, str]) -> None:
+        self.folder, self.batch, self.fsync = folder, batch, fsync
+        self.lines = tuple(line.encode() + b"\n" for line in lines)
+        self.fds: list[int] = []
+
+    def setup(self) -> None:
+        self.close()
+        run = Path(tempfile.mkdtemp(dir=self.folder))
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        self.fds = [
+            os.open(run / name, flags | (os.O_APPEND if name.endswith(".jsonl") else 0), 0o600)
+            for name in (".lock", "events.jsonl", "inbox.jsonl", "applied")
+        ]
+        os.pwrite(self.fds[3], b"0 0 0\n", 0)
+
+    def call(self) -> None:
+        lock, events, inbox, applied = self.fds
+        event, message = self.lines
+        for seq in range(1, self.batch + 1):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                marker = os.pread(applied, 64, 0).split()
+                if int(marker[1]) != os.fstat(events).st_size:
+                    raise RuntimeError("the marker does not describe events.jsonl")
+                if int(marker[2]) != os.fstat(inbox).st_size:
+                    raise RuntimeError("the marker does not describe inbox.jsonl")
+                os.write(events, event)
+                if self.fsync:
+                    os.fsync(events)
+                os.write(inbox, message)
+                sizes = (seq, os.fstat(events).st_size, os.fstat(inbox).st_size)
+                os.pwrite(applied, b"%d %d %d\n" % sizes, 0)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+class LockCase:
+    """`batch` acquisitions and releases of a run's lock: crew's (`locked`, which is filelock),
+    or `flock` on the same file directly."""
+
+    def __init__(self, folder: Path, batch: int, *, direct: bool) -> None:
+        self.path = Path(tempfile.mkdtemp(dir=folder)) / ".lock"
+        self.batch, self.direct = batch, direct
+
+    def call(self) -> None:
+        if not self.direct:
+            for _ in range(self.batch):
+                with locked(self.path):
+                    pass
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            for _ in range(self.batch):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 class SqliteCase:
     """`batch` transactions per timed call, on a database made fresh before each call."""
 
@@ -180,6 +260,10 @@ def _rows(timings: dict[str, Any], batches: dict[str, int]) -> list[Row]:
         row(CREW_LARGE, f"{rate[CREW_LARGE] / rate[CREW_OFF]:.2f}× the 8-task run", "flat"),
         row(FAST_ON, f"{rate[FAST_ON] / rate[SQLITE_FULL]:.2f}× SQLite FULL", GOAL),
         row(FAST_OFF, f"{rate[FAST_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", GOAL),
+        row(LEAST_ON, f"{rate[LEAST_ON] / rate[SQLITE_FULL]:.2f}× SQLite FULL", "the bound"),
+        row(LEAST_OFF, f"{rate[LEAST_OFF] / rate[SQLITE_NORMAL]:.2f}× SQLite NORMAL", "the bound"),
+        row(FILELOCK, f"{rate[SQLITE_NORMAL] / rate[FILELOCK]:.2f}× a whole SQLite NORMAL"),
+        row(FLOCK, f"{rate[FLOCK] / rate[FILELOCK]:.0f}× filelock's rate"),
     ]
 
 
@@ -194,6 +278,10 @@ def run(quick: bool = False) -> list[Row]:
         CREW_LARGE: loose,
         FAST_ON: durable,
         FAST_OFF: loose,
+        LEAST_ON: durable,
+        LEAST_OFF: loose,
+        FILELOCK: loose,
+        FLOCK: loose,
     }
     with (
         environment(CREW_FSYNC="0"),
@@ -206,9 +294,11 @@ def run(quick: bool = False) -> list[Row]:
             SqliteCase(folder, batches[SQLITE_FULL], "FULL", lines),
             SqliteCase(folder, batches[SQLITE_NORMAL], "NORMAL", lines),
         )
-        closing.callback(full.close)
-        closing.callback(normal.close)
-        cases: dict[str, CrewCase | SqliteCase] = {
+        least_on = LeastCase(folder, durable, fsync=True, lines=lines)
+        least_off = LeastCase(folder, loose, fsync=False, lines=lines)
+        for case in (full, normal, least_on, least_off):
+            closing.callback(case.close)
+        cases: dict[str, CrewCase | SqliteCase | LeastCase | LockCase] = {
             CREW_ON: CrewCase(folder, durable, fsync=True),
             SQLITE_FULL: full,
             CREW_OFF: CrewCase(folder, loose, fsync=False),
@@ -216,8 +306,14 @@ def run(quick: bool = False) -> list[Row]:
             CREW_LARGE: CrewCase(folder, loose, tasks=LARGE_RUN, fsync=False),
             FAST_ON: FastCase(folder, durable, fsync=True),
             FAST_OFF: FastCase(folder, loose, fsync=False),
+            LEAST_ON: least_on,
+            LEAST_OFF: least_off,
+            FILELOCK: LockCase(folder, loose, direct=False),
+            FLOCK: LockCase(folder, loose, direct=True),
         }
-        setup: dict[str, Callable[[], object]] = {key: case.setup for key, case in cases.items()}
+        setup: dict[str, Callable[[], object]] = {
+            key: case.setup for key, case in cases.items() if not isinstance(case, LockCase)
+        }
         timings = measure_side_by_side(
             {key: case.call for key, case in cases.items()}, runs=rounds, warmup=warmup, setup=setup
         )
