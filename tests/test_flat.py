@@ -94,6 +94,38 @@ def test_the_run_ends_by_counting_its_tasks_not_scanning_them(make_run: MakeRun)
     assert store.state().run.status.terminal
 
 
+def test_a_new_run_and_its_leader_read_no_task_file_again(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's creator knows what it wrote, and a leader's store starts from what the command's
+    store read: neither validates every task file again (2 x 500 at the start of a crew of 500).
+    What changed outside them is still read."""
+    from crew.store.snapshots import Snapshots
+
+    reads: list[int] = []
+    read = Snapshots.read
+
+    def counted(self, manifest, tasks, legacy):  # type: ignore[no-untyped-def]
+        reads.append(len(tasks or {}))
+        return read(self, manifest, tasks, legacy)
+
+    monkeypatch.setattr(Snapshots, "read", counted)
+    store = make_run()
+    assert store.state().tasks["plan"].status is TaskStatus.QUEUED
+    leader = RunStore(store.paths, lean_mail=True)
+    leader.adopt(store)
+    with change(leader) as txn:
+        tasks.transition(txn, "plan", TaskStatus.RUNNING, attempt=1)
+    assert reads == []
+
+    RunStore(store.paths).state()  # a store that knows nothing reads them all
+    assert reads == [2]
+    with change(RunStore(store.paths)) as txn:  # another process's change: read to write
+        tasks.transition(txn, "build", TaskStatus.CANCELLED)
+    assert store.state().tasks["build"].status is TaskStatus.CANCELLED
+    assert reads == [2, 2, 2]  # the change, then that store seeing it
+
+
 def test_the_task_snapshots_are_read_with_the_standard_library_alone(make_run: MakeRun) -> None:
     import json
 

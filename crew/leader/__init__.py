@@ -111,7 +111,9 @@ def become_leader(
     )  # before the lease: a cluster may be down
     # A store of its own, keeping only the messages that may still change: the leader's memory
     # would otherwise grow with every message of a run that lasts hours (crew/store/fold.py).
-    store = RunStore(store.paths, lean_mail=True)
+    lean = RunStore(store.paths, lean_mail=True)
+    lean.adopt(store)  # the run as `store` just read it: not every task file again
+    store = lean
     try:
         takeover = claim(store, session=session, force=options.force, resume=options.resume)
         return Leader(

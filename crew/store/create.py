@@ -32,7 +32,7 @@ def create_run_files(home: Home, build: Build, *, populate: Populate | None = No
         run_id = new_run_id()
         staging = home.staging(run_id)
         try:
-            _populate(staging, *build(run_id))
+            made = _populate(staging, *build(run_id))
             if populate is not None:
                 populate(staging)
             try:
@@ -41,14 +41,16 @@ def create_run_files(home: Home, build: Build, *, populate: Populate | None = No
                 continue  # another run was created at the same instant: take the next one
             if fsync_enabled():
                 fsync_dir(home.runs_dir)
-            return RunStore(home.run(run_id))
+            store = RunStore(home.run(run_id))
+            store.adopt(made)  # the files it wrote, renamed with their folder
+            return store
         finally:
             if staging.root.exists():
                 _remove_tree(staging.root)
     raise StoreError(f"Could not create a new run in {home.runs_dir}: no free run id.")
 
 
-def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> None:
+def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> RunStore:
     for folder in (paths.root, paths.mailbox_dir, paths.logs_dir, paths.runtime_dir):
         make_dirs(folder)
     jsonl.append(paths.events, [e.to_line() for e in eventlog.framed(events)])
@@ -57,6 +59,8 @@ def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> None:
     store = RunStore(paths)
     store.write_snapshots(state, tasks=True, run=True)
     store.write_applied(events[-1].seq if events else 0)
+    store.remember(state)
+    return store
 
 
 def copy_file(source: Path, target: Path) -> None:

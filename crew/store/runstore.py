@@ -276,6 +276,15 @@ class RunStore:
         """What this store knew of the files may be wrong (a write failed half-way)."""
         self._known, self._known_state = None, None
 
+    def adopt(self, other: RunStore) -> None:
+        """Start from what `other`, a store of the same run's files (the run being created, at
+        the folder it was assembled in), last knew of them: its next read checks the marker, the
+        logs' sizes and the snapshots' identity as always, and validates nothing if they are
+        unchanged (a new leader's store would otherwise read every task file again)."""
+        if other._known is not None and other._known_state is not None:
+            self._known, self._known_state = other._known, other._known_state.copy()
+            self._known_files = other._known_files
+
     # ---------------------------------------------------------------- recovery
 
     def recover(
