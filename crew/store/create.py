@@ -57,7 +57,7 @@ def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> RunStore
     for box in Box:
         paths.box(box).touch(mode=FILE_MODE)
     store = RunStore(paths)
-    store.write_snapshots(state, tasks=True, run=True)
+    store.snapshots.create(state.run, state.task_list())
     store.write_applied(events[-1].seq if events else 0)
     store.remember(state)
     return store

@@ -102,6 +102,14 @@ def write_by_twin(
         faults.crash_at(f"replace:{name}")
 
 
+def write_new(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Create `path` holding `data`, in a folder no reader sees yet (a run being assembled,
+    which appears whole by a rename): nothing to replace, so no temp file and no spare."""
+    durable = durable and fsync_enabled()
+    with _left_as_it_was(path):
+        _fill(open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), data, durable=durable)
+
+
 def _fill(fd: int, data: bytes, *, durable: bool) -> None:
     """Write `data` as the whole content of the file open at `fd` (cut to its length), fsync
     it if `durable`, and close it."""

@@ -115,6 +115,18 @@ class Snapshots:
             self.paths.tasks.unlink(missing_ok=True)
             self.legacy = False
 
+    def create(self, run: Run, tasks: Iterable[Task]) -> None:
+        """Write manifest.json and every task's file in a run being assembled, where none exists
+        and no reader looks yet (crew/store/create.py)."""
+        durable = fsync_derived()
+        make_dirs(self.paths.tasks_dir)
+        make_dirs(self.paths.task_twins_dir)  # where their spares go: no folder made later
+        written = [(self.paths.task_file(t.id), t) for t in tasks] + [(self.paths.manifest, run)]
+        for path, model in written:
+            data = snapshot.dump_model(model)
+            snapshot.write_new(path, data, durable=durable)
+            self._cache[path] = (data, model)
+
     def _tasks(self, raw: dict[str, bytes], broken: list[Broken]) -> dict[str, Task]:
         found: dict[str, Task] = {}
         for task_id, data in raw.items():
