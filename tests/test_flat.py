@@ -126,6 +126,37 @@ def test_a_new_run_and_its_leader_read_no_task_file_again(
     assert reads == [2, 2, 2]  # the change, then that store seeing it
 
 
+def test_a_send_brings_its_mailbox_up_to_date_once_and_reads_none_of_its_own_lines(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crew.store import jsonl
+    from crew.store.fold import MailboxFold
+
+    store = make_run()
+    verbs.follow_up(store, "plan", "first", session=SESSION)
+    polls: list[str] = []
+    reads: list[str] = []
+    current, read = MailboxFold.current, jsonl.read
+
+    def polled(self):  # type: ignore[no-untyped-def]
+        polls.append(self.path.name)
+        return current(self)
+
+    monkeypatch.setattr(MailboxFold, "current", polled)
+    monkeypatch.setattr(
+        jsonl, "read", lambda path, *a, **k: reads.append(path.name) or read(path, *a, **k)
+    )
+    verbs.follow_up(store, "plan", "second", session=SESSION)
+    verbs.follow_up(store, "plan", "third", session=SESSION)
+
+    assert polls == ["inbox.jsonl", "inbox.jsonl"]  # once a transaction, however often asked
+    assert "inbox.jsonl" not in reads  # what its transactions wrote is not read back
+    verbs.follow_up(RunStore(store.paths), "plan", "from a shell", session=SESSION)
+    reads.clear()
+    assert "from a shell" in [m.body for m in store.messages()]
+    assert reads == ["inbox.jsonl"]  # another process's line is read
+
+
 def test_the_task_snapshots_are_read_with_the_standard_library_alone(make_run: MakeRun) -> None:
     import json
 

@@ -248,6 +248,50 @@ def test_a_follower_starts_over_when_the_file_is_replaced(tmp_path: Path) -> Non
     assert [e.seq for e in again.records] == [1, 2, 3]
 
 
+def test_a_follower_takes_what_its_process_wrote_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that follows its own file is told what it appended: the next poll takes those
+    records as they are and reads only what others appended after them."""
+    path = tmp_path / "events.jsonl"
+    follower = jsonl.Follower(path, Event)
+    jsonl.append(path, [event(1).to_line()])
+    follower.poll()
+    reads: list[int] = []
+    real = jsonl.read
+    monkeypatch.setattr(jsonl, "read", lambda *a, **k: reads.append(k["offset"]) or real(*a, **k))
+
+    mine = [event(2), event(3)]
+    lines = [e.to_line() for e in mine]
+    follower.wrote(jsonl.append(path, lines), mine, [len(line) for line in lines])
+    took = follower.poll()
+    assert took.records == mine and reads == []
+    assert took.starts == [len(event(1).to_line()), len(event(1).to_line() + lines[0])]
+
+    follower.wrote(jsonl.append(path, [event(4).to_line()]), [event(4)], [len(event(4).to_line())])
+    jsonl.append(path, [event(5).to_line()])  # another process, after it
+    assert [e.seq for e in follower.poll().records] == [4, 5]
+    assert reads == [path.stat().st_size - len(event(5).to_line())]  # only the other's line
+
+
+def test_a_follower_reads_what_it_wrote_if_the_file_changed_meanwhile(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    follower = jsonl.Follower(path, Event)
+    jsonl.append(path, [event(1).to_line()])
+    follower.poll()
+
+    jsonl.append(path, [event(2).to_line()])  # another process, not yet read
+    line = event(3).to_line()
+    follower.wrote(jsonl.append(path, [line]), [event(99)], [len(line)])  # after a gap: ignored
+    assert [e.seq for e in follower.poll().records] == [2, 3]
+
+    line = event(4).to_line()
+    follower.wrote(jsonl.append(path, [line]), [event(99)], [len(line)])
+    write_atomic(path, path.read_bytes())  # a repair: the same lines in a new file
+    again = follower.poll()
+    assert again.reset and [e.seq for e in again.records] == [1, 2, 3, 4]
+
+
 def test_a_follower_starts_over_when_the_file_shrinks(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     jsonl.append(path, [event(1).to_line(), event(2).to_line()])

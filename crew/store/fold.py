@@ -68,7 +68,17 @@ class MailboxFold:
                     for listener in self.listeners:
                         listener(message)
             if not poll.more:
-                return _Messages(self) if self.lean else self._messages
+                return self.as_read()
+
+    def as_read(self) -> Mapping[str, MailboxMessage]:
+        """Every message's latest state as last read, in first-seen order (nothing read now)."""
+        return _Messages(self) if self.lean else self._messages
+
+    def wrote(self, start: int, lines: list[mailfile.Line], sizes: list[int]) -> None:
+        """This process appended `lines` (of `sizes` bytes) at byte `start` of the file: the
+        next read takes them as they are, without reading them back (see jsonl.Follower)."""
+        records = [MailboxLine.model_construct(root=line) for line in lines]
+        self._lines.wrote(start, records, sizes)
 
     def kept(self) -> Iterator[MailboxMessage]:
         """The messages a lean fold keeps in memory (those that may still change)."""

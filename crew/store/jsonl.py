@@ -208,11 +208,23 @@ class Poll(Generic[M]):
     more: bool = False
 
 
+@dataclass
+class _Written(Generic[M]):
+    """Whole lines this process appended to a followed file, as the records they hold."""
+
+    start: int
+    end: int
+    records: list[M] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+
 class Follower(Generic[M]):
     """Reads a JSONL file incrementally: each poll costs only the bytes appended since the last.
 
     If the file is replaced (a repair rewrites it under a new inode) or shrinks, the follower
     starts again from the beginning and reports `reset`, so the caller can de-duplicate by id.
+    Lines the process itself appended (`wrote`) are taken as read by the next poll, not read
+    back: the writer holds the records they were made from.
     """
 
     def __init__(self, path: Path, model: type[M], *, offset: int = 0) -> None:
@@ -222,10 +234,29 @@ class Follower(Generic[M]):
         self.offset = offset
         self.line = 1
         self._inode: int | None = None
+        self._written: _Written[M] | None = None
+
+    def wrote(self, start: int, records: Sequence[M], sizes: Sequence[int]) -> None:
+        """This process appended whole lines at byte `start`, of `sizes` bytes, that parse as
+        `records`. If they follow what this follower has read (or was told of), the next poll
+        takes them without reading them, once it has found the file the same one and at least
+        that long; otherwise the poll reads them as any other lines."""
+        written = self._written
+        at = self.offset if written is None else written.end
+        if self._inode is None or start != at:
+            self._written = None  # the poll reads everything from its offset
+            return
+        if written is None:
+            written = self._written = _Written(start, start)
+        for record, size in zip(records, sizes, strict=True):
+            written.records.append(record)
+            written.starts.append(written.end)
+            written.end += size
 
     def poll(self, max_bytes: int | None = None) -> Poll[M]:
         """New complete lines since the last poll (about `max_bytes` of them at most, never
         less than a line: what follows is `more`)."""
+        written, self._written = self._written, None
         try:
             stat = self.path.stat()
         except FileNotFoundError:
@@ -238,14 +269,24 @@ class Follower(Generic[M]):
         if reset:
             self.offset, self.line = 0, 1
         self._inode = stat.st_ino
+        known: Poll[M] = Poll(reset=reset)
+        if written is not None and not reset and stat.st_size >= written.end:
+            known.records, known.starts = written.records, written.starts
+            self.offset, self.line = written.end, self.line + len(written.records)
         if stat.st_size == self.offset:
-            return Poll(reset=reset)
+            return known
         end = None
         if max_bytes is not None and stat.st_size - self.offset > max_bytes + LINE_LIMIT:
             end = self.offset + max_bytes + LINE_LIMIT  # a whole line always fits
         result = read(self.path, self.model, offset=self.offset, line=self.line, end=end)
         self.offset, self.line = result.offset, result.line
-        return Poll(result.records, result.bad, reset, result.starts, more=end is not None)
+        return Poll(
+            known.records + result.records,
+            result.bad,
+            reset,
+            known.starts + result.starts,
+            more=end is not None,
+        )
 
 
 def check_line(line: bytes, *, limit: int = LINE_LIMIT) -> None:

@@ -149,6 +149,15 @@ class RunStore:
         fold.current()
         return fold
 
+    def wrote_mail(
+        self, box: Box, start: int, lines: list[mailfile.Line], sizes: list[int]
+    ) -> None:
+        """A transaction of this store appended `lines` at byte `start` of a mailbox file: its
+        fold takes them without reading them back. Locked."""
+        fold = self._folds.get(box)
+        if fold is not None:
+            fold.wrote(start, lines, sizes)
+
     def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
         """Give `listener` each message's latest state now (a lean store's: those it keeps), then
         each new state this store reads: one reading of the file serves both."""
@@ -267,10 +276,13 @@ class RunStore:
         """The marker as this store last found it true (None: not since its last doubt)."""
         return self._known
 
-    def remember(self, state: RunState) -> None:
-        """The files now hold `state`, as the marker just written says."""
+    def remember(self, state: RunState, *, snapshots: bool = True) -> None:
+        """The files now hold `state`, as the marker just written says; `snapshots`: a snapshot
+        was written, so their identity is taken again (else it is as the write found it: a file
+        someone else changed meanwhile is then read again, not taken for `state`)."""
         self._known_state = state if self._known is not None else None
-        self._known_files = self.snapshots.identity()
+        if snapshots or self._known_files is None:
+            self._known_files = self.snapshots.identity()
 
     def forget(self) -> None:
         """What this store knew of the files may be wrong (a write failed half-way)."""

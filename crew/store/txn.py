@@ -34,6 +34,7 @@ from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.registry import Box, EventData, EventType, MessageData, MessageKind, MessageStatus
 from crew.store import eventlog, jsonl, mailfile
 from crew.store.files import fsync_derived
+from crew.store.fold import MailboxFold
 from crew.store.state import VOLATILE_TASK_FIELDS, RunState
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class Txn:
         self._staged: dict[Box, dict[str, MailboxMessage]] = {}
         self._checkpoints: list[Checkpoint] = []
         self._caused_by: dict[str, str] = {}
+        #: The mailbox folds this transaction has read up to date: under the lock no other
+        #: writer appends, so once is enough.
+        self._folds: dict[Box, MailboxFold] = {}
         #: Where its events begin in events.jsonl, once committed.
         self.events_at: int | None = None
 
@@ -157,18 +161,18 @@ class Txn:
     def messages(self, box: Box) -> Mapping[str, MailboxMessage]:
         """The folded mailbox as it will be after this transaction: the file's fold (read up to
         date) with this transaction's own lines over it, in first-seen order."""
-        folded = self.store.fold(box)  # a lean store's is read-only, and reads some back
+        folded = self._read(box).as_read()  # a lean store's is read-only, and reads some back
         return ChainMap(self._staged.setdefault(box, {}), folded)  # type: ignore[arg-type]
 
     def message(self, box: Box, message_id: str) -> MailboxMessage | None:
         """A message of a mailbox file, by id, as it will be after this transaction."""
         staged = self._staged.get(box, {}).get(message_id)
-        return staged if staged is not None else self.store.mail(box).get(message_id)
+        return staged if staged is not None else self._read(box).get(message_id)
 
     def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file as they will be after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with them alone."""
-        ids = self.store.mail(box).by_task.get(task_id, [])
+        ids = self._read(box).by_task.get(task_id, [])
         known = set(ids)
         new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
         found = (self.message(box, i) for i in [*ids, *(i for i in new if i not in known)])
@@ -179,7 +183,7 @@ class Txn:
         after this transaction, in time independent of the messages."""
         return self._indexed(
             box,
-            self.store.mail(box).keys.get(key),
+            self._read(box).keys.get(key),
             lambda m: (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key,
         )
 
@@ -187,7 +191,7 @@ class Txn:
         """The outbox message that asked question `contact_id` (None if there is none)."""
         return self._indexed(
             Box.OUTBOX,
-            self.store.mail(Box.OUTBOX).contacts.get(contact_id),
+            self._read(Box.OUTBOX).contacts.get(contact_id),
             lambda m: (
                 m.kind is MessageKind.CONTACT
                 and (m.data or {}).get(MessageData.CONTACT_ID) == contact_id
@@ -207,7 +211,7 @@ class Txn:
         """The tasks' messages in a mailbox file that will be pending after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with the pending ones
         alone."""
-        fold = self.store.mail(box)
+        fold = self._read(box)
         pending, order = fold.pending, fold.order
         staged = self._staged.get(box, {})
         latest = {**pending, **staged}
@@ -223,7 +227,7 @@ class Txn:
     def pending_count(self, box: Box, task_id: str, kinds: Collection[MessageKind]) -> int:
         """How many of a task's messages of these kinds in a mailbox file will be pending after
         this transaction, in time independent of them."""
-        fold = self.store.mail(box)
+        fold = self._read(box)
         count = sum(fold.counts[task_id, kind] for kind in kinds)
         if box not in self._staged:
             return count
@@ -235,6 +239,13 @@ class Txn:
             if message.task_id == task_id and message.kind in kinds:
                 count += message.status is MessageStatus.PENDING
         return count
+
+    def _read(self, box: Box) -> MailboxFold:
+        """A mailbox file's fold, read up to date once in this transaction."""
+        fold = self._folds.get(box)
+        if fold is None:
+            fold = self._folds[box] = self.store.mail(box)
+        return fold
 
     def staged_mail(self) -> list[MailboxMessage]:
         """The mailbox lines this transaction wrote (or will write), in order."""
@@ -255,18 +266,21 @@ class Txn:
         start = jsonl.append(paths.events, lines)  # the commit point: fsynced, the only file
         self.events_at = start
         try:
-            by_box: dict[Box, list[bytes]] = {}
+            by_box: dict[Box, list[mailfile.Line]] = {}
             for line in self._lines:
-                by_box.setdefault(line.kind.box, []).append(line.to_line())
+                by_box.setdefault(line.kind.box, []).append(line)
             ends: dict[Box, int] = {}
             for box, box_lines in by_box.items():
-                at = jsonl.append(paths.box(box), box_lines, durable=fsync_derived())
-                ends[box] = at + sum(map(len, box_lines))
+                raw = [line.to_line() for line in box_lines]
+                at = jsonl.append(paths.box(box), raw, durable=fsync_derived())
+                sizes = [len(r) for r in raw]
+                ends[box] = at + sum(sizes)
+                store.wrote_mail(box, at, box_lines, sizes)
             store.write_snapshots(self.state, tasks=self._dirty_tasks, run=self._run_dirty)
             for checkpoint in self._checkpoints:
                 store.write_checkpoint(checkpoint)
             store.write_applied(self._last_seq, events_size=start + sum(map(len, lines)), ends=ends)
-            store.remember(self.state)
+            store.remember(self.state, snapshots=bool(self._dirty_tasks) or self._run_dirty)
         except (StoreError, OSError) as error:
             raise committed_error(error) from None
 
