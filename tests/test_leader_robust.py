@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -232,6 +233,29 @@ def test_a_fault_amid_a_turns_starts_keeps_those_started_and_retries_the_rest(
     started = of_type(store, EventType.TASK_STARTED)
     assert [e.task_id for e in started] == names
     assert started[0].end_seq is None and started[1].end_seq == started[2].seq
+
+
+def test_a_crew_starting_at_once_starts_in_transactions_of_a_few_letting_the_lock_go(
+    tmp_path: Path, home: Home
+) -> None:
+    """Workers start under the run lock. Thousands in one transaction on a busy machine held it
+    past the 10 s a person's `crew steer` waits (and the heartbeat past the lease); now a
+    transaction starts at most START_BATCH of them, the rest start in the next turn."""
+    from crew.leader.loop import START_BATCH
+
+    names = [f"t{i}" for i in range(START_BATCH + 3)]
+    write_crew(
+        tmp_path,
+        [{"id": name, "prompt": "say:hi ; exit:0"} for name in names],
+        crew={"maxParallel": len(names)},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    assert leader.finish() == 0, leader.err
+    store = store_of(home, leader.run_id)
+    started = of_type(store, EventType.TASK_STARTED)
+    assert sorted(e.task_id for e in started) == sorted(names)
+    sizes = list(Counter(e.end_seq or e.seq for e in started).values())  # by transaction
+    assert len(sizes) >= 2 and max(sizes) <= START_BATCH, sizes
 
 
 def _state(pid: int) -> bytes:

@@ -46,6 +46,14 @@ from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
 
+#: The most workers one transaction starts, and how long it goes on starting them (seconds).
+#: Workers start under the run lock (a worker's first `crew` command then finds its task
+#: running), so a crew of thousands starting at once on a busy machine, in one transaction,
+#: held the lock for longer than a person's `crew steer` waits for it (10 s), and the heartbeat
+#: for longer than a lease stays fresh. What a turn leaves queued starts in the next, at once.
+START_BATCH = 32
+START_SLICE = 0.25
+
 
 class Leader:
     """Leads one run until every task has ended (or it is stopped, or fenced out)."""
@@ -79,6 +87,9 @@ class Leader:
         self._dirty = True
         self._timed_out = False
         self._next_check: float | None = None
+        #: The last turn left ready tasks queued (START_BATCH, START_SLICE): no sleep before
+        #: the next.
+        self._starting = False
         self.guard = WorkerGuard(self.workers, self.health, self.view)
         self.versions = Versions(self.wakeups.wake)
         self.supervision = Supervision(store, self.view, self.workers, self.guard, lease.epoch)
@@ -156,6 +167,7 @@ class Leader:
         self.versions.record(self.view)
         self._time_out_run(now)
         self._stop_ended_workers(now)
+        self._starting = False
         if not self.state.run.status.terminal and (retrying or not self.health.degraded.active):
             ready = list(schedule.ready(self.state, self.workers.running(), self.max_parallel))
             if ready:
@@ -175,6 +187,8 @@ class Leader:
         return None
 
     def _wake_at(self) -> float:
+        if self._starting:
+            return time.monotonic()
         times = (
             self.health.next_beat,
             self._next_check,
@@ -229,16 +243,21 @@ class Leader:
                     self.guard.record(worker, partial(self._record_signals, worker, []))
 
     def _start(self, ready: list[Task], now: float) -> None:
-        """Start the next attempt of each task that is ready, recorded in one transaction; a
-        fault holds back the task it hit and those after it (they stay queued for the retry)."""
+        """Start the next attempt of the tasks that are ready, recorded in one transaction, as
+        many as START_BATCH and START_SLICE allow (the rest start in the next turn); a fault
+        holds back the task it hit and those after it (they stay queued for the retry)."""
         run = self.state.run
         started: list[tuple[WorkerProcess, Adapter]] = []
         held: tuple[str, Exception] | None = None
+        cut_at = time.monotonic() + START_SLICE
         try:
             # Started under the run lock: a worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
-                for task in ready:
+                for index, task in enumerate(ready):
+                    if index == START_BATCH or (index and time.monotonic() >= cut_at):
+                        self._starting = True  # the lock is let go; the rest, next turn
+                        break
                     if limits.held_at_start(txn, task):
                         continue
                     adapter = adapter_for(run.config.agents[task.agent])
