@@ -11,7 +11,6 @@ first) it passes `<point>`. Points are named after what was just done:
     write:<file>      after a file is overwritten in place (applied, the store's marker)
     read:<file>       as a tolerant read of a JSONL file begins
     deliver           after the leader wrote messages to a worker's stdin, before recording it
-    spawn             as the leader is about to start a worker (its earlier starts unrecorded)
     enospc:<file>     not a crash: the append fails as if the disk were full (`edquot:<file>`:
                       as if the user's quota were; `eio:<file>`: as if the disk failed to write)
     raise:<place>     not a crash: an exception, as a bug would raise (`raise:leader`: in the
