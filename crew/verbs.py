@@ -18,7 +18,7 @@ from crew.domain.gate import FOLLOW_UP, NUDGE, RESPOND, STEER, Verb
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import Refused, UsageError
 from crew.models import MailboxMessage, Run, Task
-from crew.procs import DEFAULT_GRACE, stop_worker
+from crew.procs import DEFAULT_GRACE, stop_workers
 from crew.registry import (
     LEADER,
     LIVE_TASK_STATUSES,
@@ -231,7 +231,7 @@ def cancel(
     grace: float = DEFAULT_GRACE,
 ) -> Cancelled:
     """Cancel one task or the whole run, reject what was pending for it, stop its workers."""
-    targets: list[tuple[str, int]] = []
+    targets: list[tuple[str, int, int | None]] = []
     actor = as_actor(session)
     with domain.change(store) as txn:
         task = txn.task(task_id) if task_id is not None else None
@@ -252,7 +252,7 @@ def cancel(
                 continue
             # A worker on a Ray node (`node`) is another machine's pid: its leader stops it.
             if each.status in LIVE_TASK_STATUSES and each.pid is not None and each.node is None:
-                targets.append((each.id, each.pid))
+                targets.append((each.id, each.pid, None))
             tasks.cancel(txn, each.id, reason, message=f"task {each.id} {reason}")
         if task is None:  # the whole run: it ends cancelled, not failed
             from crew.domain import runs  # here: the sending verbs never load run creation
@@ -265,9 +265,7 @@ def cancel(
         result.overridden = overridden
         result.run_status = txn.run.status
     here = str(store.paths.root)
-    result.stopped = [
-        stop_worker(pid, store.run_id, tid, state_dir=here, grace=grace) for tid, pid in targets
-    ]
+    result.stopped = stop_workers(store.run_id, targets, state_dir=here, grace=grace)
     return result
 
 

@@ -493,6 +493,45 @@ def test_cancel_kills_a_worker_that_ignores_sigterm(make_run: MakeRun) -> None:
     assert time.monotonic() - started < 5
 
 
+def test_cancelling_a_run_stops_its_workers_together_in_one_grace_period(
+    make_run: MakeRun,
+) -> None:
+    """Each worker gets its SIGTERM before any is waited for, and they are waited for together:
+    three that ignore it are killed after one grace period of 2 s (one after the other, it was
+    three: 6 s and more)."""
+    names = ["a", "b", "c"]
+    store = make_run(
+        config(
+            tasks=[{"id": name, "agent": "coder", "prompt": "work"} for name in names],
+        )
+    )
+    script = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    workers = {}
+    for name in names:
+        environment = {**os.environ, "CREW_RUN_ID": store.run_id, "CREW_TASK_ID": name}
+        environment["CREW_STATE_DIR"] = str(store.paths.root)
+        workers[name] = subprocess.Popen(
+            [sys.executable, "-c", script], env=environment, stdout=subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+    for name, worker in workers.items():
+        assert worker.stdout is not None and worker.stdout.readline() == b"ready\n"
+        start(store, name, pid=worker.pid)
+
+    started = time.monotonic()
+    result = verbs.cancel(store, session=SESSION, grace=2)
+    took = time.monotonic() - started
+
+    assert [(s.task_id, s.outcome) for s in result.stopped] == [(n, Stop.KILLED) for n in names]
+    assert all(w.wait(timeout=5) == -signal.SIGKILL for w in workers.values())
+    assert 2 <= took < 5  # the grace once, whatever the machine adds; not three times
+
+
 def test_cancel_never_signals_a_pid_that_is_not_the_worker(make_run: MakeRun) -> None:
     store = make_run()
     stranger = _worker(store, "plan", env=False)  # the pid was reused by another program

@@ -11,7 +11,7 @@ from crew.domain import gate, runs, tasks
 from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, write_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
-from crew.procs import Stopped, stop_worker
+from crew.procs import Stopped, stop_workers
 from crew.registry import LIVE_TASK_STATUSES, EventType, RunStatus
 from crew.session import Actor, as_actor
 from crew.store import snapshot
@@ -43,7 +43,7 @@ def claim(
     its question open). The previous leader's workers are stopped — each only after checking its
     pid still belongs to that task's attempt.
     """
-    orphans: list[tuple[str, int, int]] = []
+    orphans: list[tuple[str, int, int | None]] = []
     actor = as_actor(session)
     with _naming_a_hung_leader(store), domain.change(store) as txn:
         run = txn.run
@@ -78,10 +78,7 @@ def claim(
         write_lease(store.paths, lease)  # under the run lock: a second claimant sees it
         snapshot.remove_leftovers(*store.temp_folders())  # of the writers that are gone
     result.events_at = txn.events_at or 0
-    result.stopped = [
-        stop_worker(pid, store.run_id, task_id, attempt=attempt, state_dir=str(store.paths.root))
-        for task_id, pid, attempt in orphans
-    ]
+    result.stopped = stop_workers(store.run_id, orphans, state_dir=str(store.paths.root))
     return result
 
 

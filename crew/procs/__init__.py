@@ -13,7 +13,7 @@ import resource
 import select
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -81,58 +81,112 @@ def is_worker(
     return attempt is None or found.get(env.ATTEMPT.name) == str(attempt)
 
 
-def stop_worker(
-    pid: int,
+def stop_workers(
     run_id: str,
-    task_id: str,
+    targets: Sequence[tuple[str, int, int | None]],
     *,
-    attempt: int | None = None,
     state_dir: str | None = None,
     grace: float = DEFAULT_GRACE,
-) -> Stopped:
-    """SIGTERM the worker's process group and every other process of its tree (crew.procs.tree:
-    what it started, even in a session of its own), wait up to `grace` seconds for them to exit,
-    then SIGKILL what is left. The outcome is the worker's own."""
+) -> list[Stopped]:
+    """Stop each `(task_id, pid, attempt)` worker of a run: SIGTERM its process group and every
+    other process of its tree (crew.procs.tree: what it started, even in a session of its own),
+    wait up to `grace` seconds for them to exit, then SIGKILL what is left. Every worker gets its
+    SIGTERM before any is waited for, and all are waited for together: stopping twenty workers
+    that each take a while to save their work takes one grace period, not twenty. Each outcome
+    is the worker's own."""
+    stops = [
+        _Stopping(run_id, task_id, pid, attempt, state_dir) for task_id, pid, attempt in targets
+    ]
     try:
-        ours = is_worker(pid, run_id, task_id, attempt, state_dir=state_dir)
-    except PermissionError:
-        return Stopped(task_id, pid, Stop.DENIED)
-    group = cgroup.crew_cgroup_of(pid, f"{run_id}-{task_id}-") if ours else None
-    root = pid if ours else None
-    owner = tree.Owner(run_id, task_id, attempt, root=root, cgroup=group, state_dir=state_dir)
-    waiter = _ExitWaiter(pid) if ours else None
-    try:
-        signalled = ours and signal_group(pid, signal.SIGTERM)
-        left = tree.signal_tree(owner, signal.SIGTERM)  # what the worker started: its own or not
-        if not signalled:
-            if left:
-                _wait_tree(owner, grace)
-            tree.signal_tree(owner, signal.SIGKILL)
-            return Stopped(task_id, pid, Stop.NOT_OURS if is_alive(pid) else Stop.GONE)
-        assert waiter is not None
         deadline = time.monotonic() + grace
-        exited = waiter.wait(grace)
-        _wait_tree(owner, deadline - time.monotonic())
-        if is_worker(pid, run_id, task_id, attempt, state_dir=state_dir):
-            signal_group(pid, signal.SIGKILL)
-        if group is not None:
-            group.kill()
-        tree.signal_tree(owner, signal.SIGKILL)  # stragglers of the group and the tree, if any
-        if exited:
-            return Stopped(task_id, pid, Stop.TERMINATED)
-        waiter.wait(grace)
-        return Stopped(task_id, pid, Stop.KILLED)
+        _await_exits(stops, deadline)
+        for stop in stops:
+            stop.kill()
+        _await_exits([s for s in stops if s.outcome is Stop.KILLED], time.monotonic() + grace)
+        return [Stopped(s.task_id, s.pid, s.outcome) for s in stops]
     finally:
-        if waiter is not None:
-            waiter.close()
+        for stop in stops:
+            stop.close()
 
 
-def _wait_tree(owner: tree.Owner, timeout: float) -> None:
-    """Wait up to `timeout` seconds for the task's processes to exit (checked a few times a
-    second: they are not our children, and there may be many)."""
-    deadline = time.monotonic() + timeout
-    while tree.remaining(owner) and time.monotonic() < deadline:
-        time.sleep(0.05)
+class _Stopping:
+    """One worker being stopped: proven to be the task's, then sent SIGTERM (it and its tree)."""
+
+    def __init__(
+        self, run_id: str, task_id: str, pid: int, attempt: int | None, state_dir: str | None
+    ) -> None:
+        self.run_id, self.task_id, self.pid, self.attempt = run_id, task_id, pid, attempt
+        self.state_dir = state_dir
+        self.owner: tree.Owner | None = None
+        self.group: cgroup.Cgroup | None = None
+        self.waiter: _ExitWaiter | None = None
+        self.signalled = self.left = self.exited = False
+        self.outcome = Stop.GONE
+        try:
+            ours = self._is_it()
+        except PermissionError:
+            self.outcome = Stop.DENIED
+            return
+        if ours:
+            self.group = cgroup.crew_cgroup_of(pid, f"{run_id}-{task_id}-")
+            self.waiter = _ExitWaiter(pid)
+        self.owner = tree.Owner(
+            run_id, task_id, attempt, root=pid if ours else None, cgroup=self.group,
+            state_dir=state_dir,
+        )  # fmt: skip
+        self.signalled = ours and signal_group(pid, signal.SIGTERM)
+        #: What the worker started was signalled too (its own or not).
+        self.left = bool(tree.signal_tree(self.owner, signal.SIGTERM))
+        if self.signalled:
+            self.outcome = Stop.TERMINATED
+
+    def _is_it(self) -> bool:
+        return is_worker(
+            self.pid, self.run_id, self.task_id, self.attempt, state_dir=self.state_dir
+        )
+
+    def waiting(self) -> bool:
+        """Whether anything of it is still to be waited for."""
+        if self.owner is None:
+            return False
+        if self.signalled and not self.exited:
+            return True
+        return (self.left or self.signalled) and bool(tree.remaining(self.owner))
+
+    def kill(self) -> None:
+        """SIGKILL what is left of it, once the grace period is over."""
+        if self.owner is None:
+            return
+        if not self.signalled:
+            tree.signal_tree(self.owner, signal.SIGKILL)
+            self.outcome = Stop.NOT_OURS if is_alive(self.pid) else Stop.GONE
+            return
+        if self._is_it():
+            signal_group(self.pid, signal.SIGKILL)
+        if self.group is not None:
+            self.group.kill()
+        tree.signal_tree(self.owner, signal.SIGKILL)  # stragglers of the group and the tree
+        if not self.exited:
+            self.outcome = Stop.KILLED
+
+    def close(self) -> None:
+        if self.waiter is not None:
+            self.waiter.close()
+
+
+def _await_exits(stops: list[_Stopping], deadline: float) -> None:
+    """Wait until `deadline` at most for the workers (their exits, through their pidfds) and
+    their trees (checked a few times a second: they are not our children) to be gone."""
+    while True:
+        with tree.one_scan():  # every tree looked for in one reading of the processes
+            waiting = [s for s in stops if s.waiting()]
+        left = deadline - time.monotonic()
+        if not waiting or left <= 0:
+            return
+        pending = [s for s in waiting if s.signalled and not s.exited]
+        gone = _ExitWaiter.wait_any([s.waiter for s in pending], min(left, 0.05))
+        for stop, exited in zip(pending, gone, strict=True):
+            stop.exited = exited
 
 
 def signal_group(pid: int, sig: signal.Signals) -> bool:
@@ -198,6 +252,16 @@ class _ExitWaiter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    @staticmethod
+    def wait_any(waiters: Sequence[_ExitWaiter | None], timeout: float) -> list[bool]:
+        """Wait up to `timeout` for any of the processes to exit; whether each has."""
+        fds = [w.fd for w in waiters if w is not None and w.fd is not None]
+        if fds:
+            select.select(fds, [], [], timeout)
+        else:
+            time.sleep(timeout)
+        return [w is None or not is_alive(w.pid) for w in waiters]
 
 
 def raise_open_files() -> None:
