@@ -143,6 +143,9 @@ def test_pis_session_file_is_recorded_and_a_resumed_run_continues_it(
     wait_for_run(store, Until.WAITING, timeout=20)
     session = eventually(lambda: store.state().tasks["t"].session)
     assert Path(session).is_file()  # pi saved the conversation: the model had answered once
+    # The session came from get_state's answer on stdout; the fake's echo of get_state comes on
+    # stderr, another pipe, which the leader may not have logged yet: wait for it.
+    eventually(lambda: len(AGENT.sent(store)) >= 2)
 
     resumed = killed_and_resumed(leader, store, tmp_path)
 

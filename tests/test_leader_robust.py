@@ -241,7 +241,7 @@ def test_a_crew_starting_at_once_starts_in_transactions_of_a_few_letting_the_loc
     """Workers start under the run lock. Thousands in one transaction on a busy machine held it
     past the 10 s a person's `crew steer` waits (and the heartbeat past the lease); now a
     transaction starts at most START_BATCH of them, the rest start in the next turn."""
-    from crew.leader.loop import START_BATCH
+    from crew.leader.schedule import START_BATCH
 
     names = [f"t{i}" for i in range(START_BATCH + 3)]
     write_crew(

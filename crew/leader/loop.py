@@ -46,14 +46,6 @@ from crew.store.runstore import RunStore
 from crew.store.state import RunState
 from crew.store.txn import Txn
 
-#: The most workers one transaction starts, and how long it goes on starting them (seconds).
-#: Workers start under the run lock (a worker's first `crew` command then finds its task
-#: running), so a crew of thousands starting at once on a busy machine, in one transaction,
-#: held the lock for longer than a person's `crew steer` waits for it (10 s), and the heartbeat
-#: for longer than a lease stays fresh. What a turn leaves queued starts in the next, at once.
-START_BATCH = 32
-START_SLICE = 0.25
-
 
 class Leader:
     """Leads one run until every task has ended (or it is stopped, or fenced out)."""
@@ -87,8 +79,7 @@ class Leader:
         self._dirty = True
         self._timed_out = False
         self._next_check: float | None = None
-        #: The last turn left ready tasks queued (START_BATCH, START_SLICE): no sleep before
-        #: the next.
+        #: The last turn left ready tasks queued (schedule.START_BATCH): no sleep before the next.
         self._starting = False
         self.guard = WorkerGuard(self.workers, self.health, self.view)
         self.versions = Versions(self.wakeups.wake)
@@ -244,18 +235,18 @@ class Leader:
 
     def _start(self, ready: list[Task], now: float) -> None:
         """Start the next attempt of the tasks that are ready, recorded in one transaction, as
-        many as START_BATCH and START_SLICE allow (the rest start in the next turn); a fault
+        many as schedule.START_BATCH and START_SLICE allow (the rest, next turn); a fault
         holds back the task it hit and those after it (they stay queued for the retry)."""
         run = self.state.run
         started: list[tuple[WorkerProcess, Adapter]] = []
         held: tuple[str, Exception] | None = None
-        cut_at = time.monotonic() + START_SLICE
+        cut_at = time.monotonic() + schedule.START_SLICE
         try:
             # Started under the run lock: a worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
             with self.view.change() as txn:
                 for index, task in enumerate(ready):
-                    if index == START_BATCH or (index and time.monotonic() >= cut_at):
+                    if index == schedule.START_BATCH or (index and time.monotonic() >= cut_at):
                         self._starting = True  # the lock is let go; the rest, next turn
                         break
                     if limits.held_at_start(txn, task):

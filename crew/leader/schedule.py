@@ -11,6 +11,14 @@ from crew.models import MailboxMessage, Task
 from crew.registry import Direction, MessageKind, MessageStatus, TaskStatus
 from crew.store.state import RunState
 
+#: The most workers one transaction starts, and how long it goes on starting them (seconds).
+#: Workers start under the run lock (a worker's first `crew` command then finds its task
+#: running), so a crew of thousands starting at once on a busy machine, in one transaction,
+#: held the lock for longer than a person's `crew steer` waits for it (10 s), and the heartbeat
+#: for longer than a lease stays fresh. What a turn leaves queued starts in the next, at once.
+START_BATCH = 32
+START_SLICE = 0.25
+
 
 def ready(state: RunState, running: Collection[str], max_parallel: int) -> list[Task]:
     """Queued tasks whose dependencies all completed, in crew.toml order, as many as may start
