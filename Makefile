@@ -9,8 +9,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# crew's bytecode compiled, as an installed crew has it: where PYTHONDONTWRITEBYTECODE is set,
+# every `crew` process a test starts would otherwise compile all of crew again.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m compileall -q crew
 	touch $@
 
 install: $(VENV)/.installed
