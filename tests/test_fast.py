@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult, config, snapshot_files
+from test_cli_admin import _damage
 from test_verbs import ask, start
 
 from crew import fast, ids, models, registry, text
@@ -625,6 +626,48 @@ def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run
     _refused(store, "wait", "latest", "--for", "soon")
 
 
+@pytest.mark.parametrize("damaged", [False, True])
+def test_doctor_finds_prints_and_repairs_what_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    damaged: bool,
+) -> None:
+    store = make_run()
+    if damaged:
+        _damage(store)  # a bad line, a torn tail, a corrupt snapshot
+    twins = Twins(store, tmp_path)
+
+    found = damaged
+    for args in [(), ("--json",), ("-q",), (twins.run_id,), ("--repair", "--json"), ()]:
+        full, quick = twins.both(cli, capsys, "doctor", *args)
+        assert quick.code == full.code == int(damaged and "--repair" not in args)
+        same = [
+            r.out.replace(str(home), "HOME")
+            for r, home in ((full, twins.full), (quick, twins.fast))
+        ]
+        assert same[0] == same[1] and quick.err == full.err
+        if damaged and args == ("--repair", "--json"):
+            assert json.loads(quick.out)["clean"] is True
+            assert json.loads(quick.out)["findings"]
+        damaged = damaged and "--repair" not in args
+    repaired = RunStore(Home(twins.fast).run(twins.run_id))
+    assert (repaired.state().tasks["plan"].status is TaskStatus.RUNNING) == found  # kept
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("doctor", "--jq", ".clean"), ("doctor", "--repair=yes"), ("doctor", "latest", "more")],
+)
+def test_doctor_leaves_what_it_does_not_take_to_the_full_command(
+    make_run: MakeRun, args: tuple[str, ...]
+) -> None:
+    store = make_run()
+    _damage(store)
+    _refused(store, *args)
+
+
 # ----------------------------------------------------------------------------- the full command's
 
 
@@ -939,6 +982,21 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
     assert done.stderr == "([0, 0, 0, 0, 0], [])"
+
+
+def test_doctor_imports_no_typer(make_run: MakeRun) -> None:
+    store = make_run()
+    _damage(store)
+    program = (
+        "import sys; from crew.fast import fast; "
+        f"code = fast(['doctor', '--home', {str(store.paths.home.root)!r}]); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}); "
+        "sys.stderr.write(repr((code, heavy)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert done.stderr == "(1, [])"  # it found the damage, with the models and without typer
 
 
 def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:

@@ -100,6 +100,13 @@ SPECS: dict[str, Spec] = {
         slow=frozenset({"--follow", "-f", "--type", "--jq"}),
     ),
     "schema": Spec((), optional=("name",), flags=frozenset({"--json"}), slow=frozenset({"--jq"})),
+    "doctor": Spec(
+        (),
+        optional=("run",),
+        flags=frozenset({"--repair", "--json", "--quiet", "-q"}),
+        values=frozenset({"--home"}),
+        slow=frozenset({"--jq"}),
+    ),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),
