@@ -71,6 +71,15 @@ class Twins:
         assert code is not None, "the fast path did not take the command"
         return full, CliResult(code, out.out, out.err)
 
+    @staticmethod
+    def unplaced(result: CliResult, home: Path) -> CliResult:
+        """What a command printed, with its home's path as HOME (the twins' paths differ)."""
+        return CliResult(
+            result.code,
+            result.out.replace(str(home), "HOME"),
+            result.err.replace(str(home), "HOME"),
+        )
+
     def same_files(self) -> None:
         tasks = [
             f"tasks/{p.name}"
@@ -643,17 +652,31 @@ def test_doctor_finds_prints_and_repairs_what_the_full_command_does(
     for args in [(), ("--json",), ("-q",), (twins.run_id,), ("--repair", "--json"), ()]:
         full, quick = twins.both(cli, capsys, "doctor", *args)
         assert quick.code == full.code == int(damaged and "--repair" not in args)
-        same = [
-            r.out.replace(str(home), "HOME")
-            for r, home in ((full, twins.full), (quick, twins.fast))
-        ]
-        assert same[0] == same[1] and quick.err == full.err
+        assert twins.unplaced(quick, twins.fast) == twins.unplaced(full, twins.full)
         if damaged and args == ("--repair", "--json"):
             assert json.loads(quick.out)["clean"] is True
             assert json.loads(quick.out)["findings"]
         damaged = damaged and "--repair" not in args
     repaired = RunStore(Home(twins.fast).run(twins.run_id))
     assert (repaired.state().tasks["plan"].status is TaskStatus.RUNNING) == found  # kept
+
+
+@pytest.mark.parametrize("run", ["../../etc", "1999", "20261130-034100-7f3a"])
+def test_doctor_refuses_a_bad_run_as_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    run: str,
+) -> None:
+    twins = Twins(make_run(), tmp_path)
+    before = snapshot_files(twins.fast)
+
+    full, quick = twins.both(cli, capsys, "doctor", run)
+
+    assert twins.unplaced(quick, twins.fast) == twins.unplaced(full, twins.full)
+    assert quick.code in {2, 5} and quick.err.startswith("crew: error: ")  # usage, not found
+    assert snapshot_files(twins.fast) == before
 
 
 @pytest.mark.parametrize(
