@@ -26,7 +26,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # One test process per core: every test makes its own folders, and passes under load. A process
-# that runs out of tests takes some of the other's (the suite's end: 277 s -> 261 s on 2 cores).
+# that runs out of tests takes some of the other's (docs/performance.md: the test suite).
 unit: install
 	$(BIN)/pytest -n auto --dist worksteal
 
