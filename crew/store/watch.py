@@ -12,7 +12,6 @@ Three ways to notice a change, best first:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import select
 import sys
@@ -220,5 +219,7 @@ def _libc() -> ctypes.CDLL:
     global _LIBC  # noqa: PLW0603  # loaded once, on first use
     with _LIBC_LOCK:
         if _LIBC is None:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            # The symbols the process already has, libc's among them: `find_library("c")` would
+            # run `ldconfig -p` in a child process at every leader's start to name the same one.
+            _LIBC = ctypes.CDLL(None, use_errno=True)
         return _LIBC
