@@ -72,7 +72,7 @@ class Twins:
         return full, CliResult(code, out.out, out.err)
 
     @staticmethod
-    def unplaced(result: CliResult, home: Path) -> CliResult:
+    def portable(result: CliResult, home: Path) -> CliResult:
         """What a command printed, with its home's path as HOME (the twins' paths differ)."""
         return CliResult(
             result.code,
@@ -652,7 +652,7 @@ def test_doctor_finds_prints_and_repairs_what_the_full_command_does(
     for args in [(), ("--json",), ("-q",), (twins.run_id,), ("--repair", "--json"), ()]:
         full, quick = twins.both(cli, capsys, "doctor", *args)
         assert quick.code == full.code == int(damaged and "--repair" not in args)
-        assert twins.unplaced(quick, twins.fast) == twins.unplaced(full, twins.full)
+        assert twins.portable(quick, twins.fast) == twins.portable(full, twins.full)
         if damaged and args == ("--repair", "--json"):
             assert json.loads(quick.out)["clean"] is True
             assert json.loads(quick.out)["findings"]
@@ -674,7 +674,7 @@ def test_doctor_refuses_a_bad_run_as_the_full_command_does(
 
     full, quick = twins.both(cli, capsys, "doctor", run)
 
-    assert twins.unplaced(quick, twins.fast) == twins.unplaced(full, twins.full)
+    assert twins.portable(quick, twins.fast) == twins.portable(full, twins.full)
     assert quick.code in {2, 5} and quick.err.startswith("crew: error: ")  # usage, not found
     assert snapshot_files(twins.fast) == before
 

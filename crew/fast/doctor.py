@@ -19,6 +19,7 @@ from crew.fast.cmdline import Call
 def doctor(call: Call) -> int:
     # Building the models makes objects by the thousand and no garbage: no collection meanwhile,
     # and none ever again of what they made (a tenth of the command, measured).
+    collecting = gc.isenabled()
     gc.disable()
     try:
         from crew.doctor import doctor as examine
@@ -27,7 +28,8 @@ def doctor(call: Call) -> int:
         from crew.render import emit
     finally:
         gc.freeze()
-        gc.enable()
+        if collecting:
+            gc.enable()
     SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
     home = find_home(explicit=call.options.get("--home"))
     report = examine(home, call.arguments.get("run"), repair="--repair" in call.options)
