@@ -74,10 +74,9 @@ DEBUG = Variable("CREW_DEBUG", frozenset({Scope.USER}), "`1` prints tracebacks")
 FAST = Variable(
     "CREW_FAST",
     frozenset({Scope.USER}),
-    "`0` turns off the fast path of `status --json`, `steer`, `follow-up`, `nudge`, `respond`, "
-    "`logs`, `events`, `wait`, `schema` and `--version` (the same command without typer and "
-    "pydantic; see "
-    "docs/design.md)",
+    "`0` turns off the fast path of `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, "
+    "`respond`, `logs`, `events`, `wait`, `schema` and `--version` (the same command without "
+    "typer and pydantic) and of `doctor` (without typer); see docs/design.md",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
