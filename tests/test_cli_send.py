@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult, config, snapshot_files
+from leaders import eventually
 from test_verbs import ask, start
 
 from crew.cli.send import SECRET_PROMPT
@@ -229,12 +230,20 @@ def test_concurrent_cli_processes_lose_nothing(make_run: MakeRun, tmp_path: Path
     assert seqs == list(range(1, len(seqs) + 1))
 
 
+def _until_steered(store: RunStore) -> None:
+    """Until the command has written its steer (however long it takes to start), and a moment
+    more: it is waiting by then (were it not, it would still see what comes next)."""
+    steering = store.paths.box(Box.STEERING)
+    eventually(lambda: steering.exists() and steering.stat().st_size > 0, timeout=60)
+    time.sleep(0.1)
+
+
 def test_wait_blocks_until_the_message_is_delivered(cli: Cli, make_run: MakeRun) -> None:
     store = make_run()
     start(store)
 
     def deliver() -> None:
-        time.sleep(0.3)
+        _until_steered(store)
         with change(store) as txn:
             message = next(iter(txn.messages(Box.STEERING).values()))
             mailbox.post(
@@ -247,7 +256,7 @@ def test_wait_blocks_until_the_message_is_delivered(cli: Cli, make_run: MakeRun)
 
     thread = threading.Thread(target=deliver)
     thread.start()
-    result = cli("steer", "latest", "plan", "go", "--wait", "--timeout", "10s")
+    result = cli("steer", "latest", "plan", "go", "--wait", "--timeout", "60s")
     thread.join()
 
     assert result.code == 0
@@ -295,7 +304,7 @@ def test_wait_reports_a_message_rejected_meanwhile(cli: Cli, make_run: MakeRun) 
     start(store)
 
     def cancel_soon() -> None:
-        time.sleep(0.3)
+        _until_steered(store)
         from crew import verbs
 
         verbs.cancel(store, "plan", session=SESSION, grace=0.1)
