@@ -657,7 +657,7 @@ def test_doctor_finds_prints_and_repairs_what_the_full_command_does(
             assert json.loads(quick.out)["clean"] is True
             assert json.loads(quick.out)["findings"]
         damaged = damaged and "--repair" not in args
-    repaired = RunStore(Home(twins.fast).run(twins.run_id))
+    repaired = RunStore.open(Home(twins.fast), twins.run_id)
     assert (repaired.state().tasks["plan"].status is TaskStatus.RUNNING) == found  # kept
 
 
