@@ -13,7 +13,7 @@ from fake_agents import FakeAgent, killed_and_resumed, line, lines, log, message
 from leaders import eventually
 
 from crew import verbs
-from crew.adapters.base import AgentError, Reaction, SessionStarted, TurnEnd
+from crew.adapters.base import AgentError, Reaction, SessionStarted, Spent, TurnBegun, TurnEnd
 from crew.adapters.claude_code import ClaudeCodeAdapter
 from crew.adapters.wire import continuation
 from crew.config import AgentConfig
@@ -357,12 +357,15 @@ def test_follow_ups_during_a_turn_are_held_and_each_sent_as_a_turn_once_it_is_ov
     claude.on_line(result(is_error=True, result="boom"))
 
     first = claude.on_line(IDLE)  # the failed turn is overtaken: an error, not the end
-    assert first.signals == [AgentError("claude: boom")]
+    assert first.signals == [AgentError("claude: boom"), TurnBegun()]  # a turn crew did not start
     assert json.loads(first.write)["message"]["content"] == "more"
     assert "priority" not in json.loads(first.write)
     claude.on_line(result(is_error=False))
     second = claude.on_line(IDLE)
-    assert (second.signals, json.loads(second.write)["message"]["content"]) == ([], "status?")
+    assert (second.signals, json.loads(second.write)["message"]["content"]) == (
+        [TurnBegun()],
+        "status?",
+    )
     claude.on_line(result(is_error=False, result="all done"))
     assert claude.on_line(IDLE) == Reaction(signals=[TurnEnd(None, "all done")])
 
@@ -385,6 +388,17 @@ def test_a_turn_fails_on_its_terminal_reason_not_only_is_error() -> None:
     claude.deliver(message(MessageKind.FOLLOW_UP, "again"))
     claude.on_line(result("aborted_tools", is_error=False, result=None))
     assert claude.on_line(IDLE).signals == [TurnEnd("aborted")]
+
+
+def test_a_result_says_the_turn_is_over_before_idle_does_unless_claude_queued_more() -> None:
+    # The leader may read a result and the `idle` after it apart: a turn that is over is not
+    # stopped at a limit (Spent.settled), one claude goes on to by itself is.
+    claude = adapter()
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    (last,) = claude.on_line(result(usage=usage, queued_turn_count=0)).signals
+    (more,) = claude.on_line(result(usage=usage, queued_turn_count=1)).signals
+    assert isinstance(last, Spent) and last.settled
+    assert isinstance(more, Spent) and not more.settled
 
 
 def test_without_state_events_a_result_ends_the_turn_unless_turns_are_queued() -> None:

@@ -227,12 +227,13 @@ def test_a_task_told_no_at_its_limit_is_flagged_and_spends_nothing_more(
     assert store.state().tasks["t"].usage.turns == 2  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("prompt", ["hello", "LATEIDLE"], ids=["idle-at-once", "idle-late"])
 def test_an_idle_claude_over_its_cost_limit_asks_before_it_takes_more_work(
-    tmp_path: Path, home: Home
+    tmp_path: Path, home: Home, prompt: str
 ) -> None:
     # claude reports usage only when a turn ends: past its limit then, it is given no more work
-    # until a yes.
-    leader, store = CLAUDE.start(tmp_path, home, "hello", maxCostUsd=0.005, keepOpen="60s")
+    # until a yes. Its `idle` may come well after the result: the turn was over all the same.
+    leader, store = CLAUDE.start(tmp_path, home, prompt, maxCostUsd=0.005, keepOpen="60s")
     eventually(lambda: store.state().tasks["t"].usage is not None)
 
     verbs.follow_up(store, "t", "second job", session=SESSION)
@@ -248,6 +249,29 @@ def test_an_idle_claude_over_its_cost_limit_asks_before_it_takes_more_work(
     task = store.state().tasks["t"]
     assert task.limits is not None and task.limits.max_cost_usd == pytest.approx(0.015)
     assert task.usage is not None and task.usage.cost_usd == pytest.approx(0.02)
+
+
+def test_a_claude_over_its_cost_limit_is_stopped_in_the_turn_it_began_on_held_work(
+    tmp_path: Path, home: Home
+) -> None:
+    # A follow-up sent during a turn waits in crew's adapter for the turn's end; when that turn
+    # took the task past its limit, the turn claude begins on it is stopped at once.
+    leader, store = CLAUDE.start(tmp_path, home, "SLOW", maxCostUsd=0.005, keepOpen="60s")
+    eventually(lambda: "fake-claude got" in log(store))  # the prompt was written: a turn runs
+    sent_up = verbs.follow_up(store, "t", "WORK until stopped", session=SESSION)
+    eventually(lambda: store.fold(Box.INBOX)[sent_up.message.id].status is MessageStatus.DELIVERED)
+    verbs.steer(store, "t", "wrap up", session=SESSION)  # the slow turn ends on it
+
+    task = paused(store)
+    assert "[Request interrupted by user]" in log(store)
+    assert "done: work" not in log(store)  # it was stopped at once, not after its 10 s
+    # The question counts what the stopped turn spent too ($0.01 a turn, stopped or not).
+    assert "limit of $0.005 ($0.02 used). Raise the limit to $0.025 " in task.contact.prompt
+    verbs.respond(store, "t", "yes", session=SESSION)
+    eventually(lambda: "[crew] You were paused at your limit of maxCostUsd" in log(store))
+    verbs.cancel(store, "t", session=SESSION)
+    leader.finish()
+    assert task.contact.limit.key == "maxCostUsd"
 
 
 def test_an_autorespond_rule_answers_the_limit_question_unattended(

@@ -64,12 +64,24 @@ class SessionStarted:
 
 @dataclass(frozen=True)
 class Spent:
-    """The agent said what its model turns cost (made by `spent`, which keeps it sane)."""
+    """The agent said what its model turns cost (made by `spent`, which keeps it sane).
+
+    `settled`: said with the result that ends the agent's turn, before it says it is idle. It
+    spends nothing more unless it begins another turn (TurnBegun), so a limit it reached is
+    asked about when it is idle, not by stopping a turn that is already over.
+    """
 
     usage: Usage
+    settled: bool = False
 
 
-Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted | Spent
+@dataclass(frozen=True)
+class TurnBegun:
+    """The agent began a turn on work its adapter held for the end of the last one: a limit
+    reached by then stops it (the leader hands out everything else itself)."""
+
+
+Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted | Spent | TurnBegun
 
 #: The longest error, turn failure or withdrawal reason kept from an agent, in characters.
 MAX_TEXT = 2000
@@ -91,6 +103,7 @@ def spent(
     cost_usd: Any = None,
     turns: int = 1,
     model: Any = None,
+    settled: bool = False,
 ) -> Spent:
     """What an agent reported spending, from its own JSON: anything that is not a count (not a
     number, negative, beyond MAX_COUNT) counts as 0, a model name that is not text as none."""
@@ -103,7 +116,8 @@ def spent(
             cost_usd=cost,
             turns=turns,
             model=clip(model, MAX_MODEL) if isinstance(model, str) and model.strip() else None,
-        )
+        ),
+        settled=settled,
     )
 
 

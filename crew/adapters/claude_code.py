@@ -54,7 +54,9 @@ from crew.adapters.base import (
     Questions,
     Reaction,
     SessionStarted,
+    Signal,
     Spent,
+    TurnBegun,
     TurnEnd,
     Withdrawn,
     spent,
@@ -270,12 +272,14 @@ class ClaudeCodeAdapter:
 
     def _result(self, event: dict[str, Any]) -> Reaction:
         denied = self._denied_unasked(event.get("permission_denials"))
-        used = self._spent(event)
+        # Unless claude queued more turns of its own, it spends nothing more until it is given
+        # work: the result and the `idle` after it may reach the leader in separate reads.
+        used = self._spent(event, settled=not event.get("queued_turn_count"))
         reaction = self._turn_result(event)
         reaction.signals[:0] = [s for s in (denied, used) if s is not None]
         return reaction
 
-    def _spent(self, result: dict[str, Any]) -> Spent | None:
+    def _spent(self, result: dict[str, Any], *, settled: bool) -> Spent | None:
         """What the turn a `result` ends cost: its `usage` is the turn's (Anthropic's counts:
         input without the cached tokens), its cost the turn's models' `costUSD` (or the growth
         of `total_cost_usd`, which counts the whole process)."""
@@ -301,6 +305,7 @@ class ClaudeCodeAdapter:
             cost_usd=cost,
             turns=turns if isinstance(turns, int) and turns >= 0 else 1,
             model=next(reversed(models or _dict(result.get("modelUsage"))), None),
+            settled=settled,
         )
 
     def _denied_unasked(self, denials: Any) -> Report | None:
@@ -347,8 +352,9 @@ class ClaudeCodeAdapter:
         error, answer = self._error, self._answer_text
         self._error, self._answer_text = None, None
         if self._queued:
-            overtaken = [AgentError(f"claude: {error}")] if error else []
-            return Reaction(write=self._user(self._queued.pop(0).body), signals=[*overtaken])
+            begun: list[Signal] = [AgentError(f"claude: {error}")] if error else []  # overtaken
+            begun.append(TurnBegun())
+            return Reaction(write=self._user(self._queued.pop(0).body), signals=begun)
         self._ended = TurnEnd(error, None if error else answer)
         return Reaction(signals=[self._ended])
 

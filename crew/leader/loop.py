@@ -410,6 +410,8 @@ class Leader:
             return
         if worker.to_write or worker.exited or worker.stopping or worker.agent.interrupting:
             return
+        if worker.agent.settled:  # its turn is over, and it says it is idle next: work waits
+            return
         plain = worker.adapter.answers_only_while_asking
         due = self.view.pending.due(task, answers_only_while_asking=plain)
         if not due or (worker.agent.turn_ended and self._paused_at_limit(task)):

@@ -18,6 +18,7 @@ from crew.adapters.base import (
     SessionStarted,
     Signal,
     Spent,
+    TurnBegun,
     TurnEnd,
     Withdrawn,
     bounded,
@@ -59,11 +60,19 @@ class AgentState:
     #: on (crew/domain/budget.py); `interrupting` once the agent was told to stop the turn.
     pausing: budget.Reached | None = None
     interrupting: bool = False
+    #: The agent's turn is over though it has not yet said it is idle (Spent.settled): it is
+    #: neither stopped at a limit nor given more work until it does.
+    settled: bool = False
 
     @property
     def to_interrupt(self) -> bool:
         """The task reached a limit in the middle of a turn, and the agent is not yet told."""
-        return self.pausing is not None and not self.turn_ended and not self.interrupting
+        return (
+            self.pausing is not None
+            and not self.turn_ended
+            and not self.settled
+            and not self.interrupting
+        )
 
     def copy(self) -> AgentState:
         """A copy to record with: it replaces this state once the record is written."""
@@ -191,15 +200,20 @@ def _malformed(txn: Txn, task_id: str, agent: AgentState, item: Malformed) -> No
 
 
 def _spent(txn: Txn, task_id: str, agent: AgentState, item: Spent) -> None:
+    agent.settled = item.settled
     reached = budget.spend(txn, task_id, item.usage)
     if reached is not None and agent.pausing is None:
         agent.pausing = reached
 
 
+def _turn_begun(txn: Txn, task_id: str, agent: AgentState, item: TurnBegun) -> None:
+    agent.settled = False
+
+
 def _turn_ended(
     txn: Txn, task_id: str, agent: AgentState, item: TurnEnd
 ) -> SupervisorContact | None:
-    agent.turn_ended = True
+    agent.turn_ended, agent.settled = True, False
     agent.turn_error = item.error
     reached, interrupted = agent.pausing, agent.interrupting
     agent.pausing, agent.interrupting = None, False
@@ -207,7 +221,8 @@ def _turn_ended(
         agent.turn_error = None
         if item.result:
             tasks.remember_result(txn, task_id, item.result)
-        return budget.pause(txn, task_id, reached, interrupted=True)
+        now = budget.reached(txn.run, txn.task(task_id))  # what the stopped turn spent too
+        return budget.pause(txn, task_id, now or reached, interrupted=True)
     if item.result and not item.error:
         tasks.remember_result(txn, task_id, item.result)
     if item.error:
@@ -252,4 +267,5 @@ _HANDLERS: dict[type, _Handler] = {
     AgentError: _agent_error,
     SessionStarted: _session,
     Spent: _spent,
+    TurnBegun: _turn_begun,
 }

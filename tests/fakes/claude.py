@@ -10,7 +10,8 @@ can take up: a tool use an allow rule matches is not asked about, and a rule for
 ones wait for their own), `WORK` works until interrupted (at most 10 s), `PAUSE` for 1 s, `NOAUTH`
 fails like claude without credentials, `BADKEY` retries a refused key (401) until interrupted,
 `DENIED` reports a tool use it denied without asking (as claude does without a permission prompt
-tool). Anything else is answered at once.
+tool), `LATEIDLE` says `idle` 0.5 s after each turn's result from then on (so that the two are read
+apart). Anything else is answered at once.
 Session state events are emitted only with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1. With
 FAKE_CLAUDE_VERSION=2.1.197 it behaves as that version: an interrupt's `cancel_queued` is ignored,
 and the messages queued for turns of their own run after the interrupted one all the same. Every
@@ -86,6 +87,7 @@ class Agent:
     results: int = 0
     last_error: bool = False
     cost: float = 0.0  # the process's `total_cost_usd`
+    late_idle: bool = False  # LATEIDLE: `idle` comes 0.5 s after each last result
 
 
 agent = Agent()
@@ -403,6 +405,7 @@ def turn(text: str) -> None:
     )
     emit({"type": "system", "subtype": "status", "status": "requesting", "session_id": SESSION})
     transcript.add({"role": "user", "content": text})
+    agent.late_idle = agent.late_idle or "LATEIDLE" in text
     remembered = transcript.recall()
     if remembered:
         say(remembered)
@@ -509,6 +512,8 @@ def run(text: str) -> None:
             turn(work)
             with lock:
                 work = queue.pop(0)[0] if queue else None
+        if agent.late_idle:
+            time.sleep(0.5)
         state("idle")
         with lock:
             if not queue:
