@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test lint typecheck unit install bench test-bench agents test-agents test-ray docs demo clean
+.PHONY: test lint typecheck asserts unit install bench test-bench agents test-agents test-ray docs demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +25,22 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# One test process per core: every test makes its own folders, and passes under load. A process
-# that runs out of tests takes some of the other's (docs/performance.md: the test suite).
+# A test process per core and one more, for the time tests spend waiting on their processes:
+# every test makes its own folders, and passes under load. A process that runs out of tests
+# takes some of another's (docs/performance.md: the test suite).
+PROCESSES ?= $(shell echo $$(( $$(nproc) + 1 )))
 unit: install
-	$(BIN)/pytest -n auto --dist worksteal
+	$(BIN)/pytest -n $(PROCESSES) --dist worksteal
 
-test: lint typecheck unit
+# pytest rewrites the asserts of every test module in every test process (6 s of CPU apiece)
+# unless it finds them rewritten in __pycache__: done once here, beside mypy. A module that
+# fails to load is reported by `unit`.
+asserts: install
+	-PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q > /dev/null
+
+test: lint
+	$(MAKE) --no-print-directory -j2 typecheck asserts
+	$(MAKE) --no-print-directory unit
 
 # The example crew in .crew-example/: four agents, answered by its autoRespond rules.
 demo: install

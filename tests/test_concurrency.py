@@ -19,7 +19,7 @@ from crew.store import jsonl
 from crew.store.runstore import RunStore
 
 WRITERS = 8
-APPENDS = 500
+APPENDS = 200
 
 
 def _writer(paths: RunPaths, writer: int, count: int, ready: object) -> None:

@@ -30,7 +30,7 @@ from crew.models import Event, Usage
 from crew.paths import Home
 from crew.registry import LIVE_TASK_STATUSES, Box, ContactType, MessageKind, TaskStatus
 from crew.store import files as store_files
-from crew.store import jsonl
+from crew.store import jsonl, lock
 from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
@@ -844,13 +844,52 @@ def test_a_run_the_full_command_would_show_unreadable_sends_runs_to_it(make_run:
     _refused(store, "runs")
 
 
-def test_a_busy_lock_or_a_raised_hand_is_the_full_commands(make_run: MakeRun) -> None:
+class _Clock:
+    """runfiles' `time`, with no real waiting: each sleep moves the clock on (and `on_sleep`,
+    if given, is called at the first)."""
+
+    def __init__(self, on_sleep: Callable[[], None] | None = None) -> None:
+        self.now, self.sleeps, self._on_sleep = 0.0, 0, on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        if self.sleeps == 1 and self._on_sleep is not None:
+            self._on_sleep()
+
+
+def test_a_lock_busy_past_a_moment_or_a_raised_hand_is_the_full_commands(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = make_run()
     start(store)
+    clock = _Clock()
+    monkeypatch.setattr(runfiles, "time", clock)
     with store.lock():
         _refused(store, "steer", "latest", "plan", "x")
+    assert clock.now >= runfiles.HAND_AFTER  # tried again until a full waiter would raise a hand
     (store.paths.root / ".next.lock").write_text("1:1")
     _refused(store, "steer", "latest", "plan", "x")
+
+
+def test_a_lock_let_go_within_a_moment_is_taken_by_the_fast_path(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A holder keeps the lock for milliseconds: falling back would cost the full command's
+    # start-up, and it would wait all the same.
+    store = make_run()
+    start(store)
+    held = store.lock()
+    held.__enter__()
+    clock = _Clock(on_sleep=lambda: held.__exit__(None, None, None))
+    monkeypatch.setattr(runfiles, "time", clock)
+
+    assert fast.fast(["steer", "latest", "plan", "x", "--home", str(store.paths.home.root)]) == 0
+    assert clock.sleeps == 1
+    assert [m.body for m in store.messages(Box.STEERING)] == ["x"]
 
 
 def test_a_leader_that_warns_sends_status_to_the_full_command(make_run: MakeRun) -> None:
@@ -933,6 +972,7 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert ids._RUN_PREFIX_RE.pattern == runfiles.RUN_PREFIX_PATTERN
     assert runfiles.LATEST == ids.LATEST
     assert runfiles.LINE_LIMIT == jsonl.LINE_LIMIT
+    assert (runfiles.POLL_INTERVAL, runfiles.HAND_AFTER) == (lock.POLL_INTERVAL, lock.HAND_AFTER)
     from crew.store import marker as store_marker
 
     assert runfiles.MARKER_FORMAT == store_marker._FORMAT
@@ -1114,7 +1154,7 @@ def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
     start(store)
     script = (
         "import subprocess, sys\n"
-        "for n in range(8):\n"
+        "for n in range(4):\n"
         "    subprocess.run([sys.executable, '-m', 'crew', sys.argv[1], 'latest', 'plan',"
         " f'{sys.argv[2]}-{n}'], check=True, stdout=subprocess.DEVNULL)\n"
     )
@@ -1128,7 +1168,7 @@ def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
     assert [sender.wait(timeout=300) for sender in senders] == [0] * len(senders)
 
     bodies = [m.body for box in (Box.STEERING, Box.INBOX) for m in store.messages(box)]
-    assert sorted(bodies) == sorted(f"s{i}-{n}" for i in range(6) for n in range(8))
+    assert sorted(bodies) == sorted(f"s{i}-{n}" for i in range(6) for n in range(4))
     seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
     assert seqs == list(range(1, len(seqs) + 1))
     assert store.load().clean

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import stat
+import time
 import zlib
 
 from crew.fast.cmdline import Call, Fallback
@@ -40,6 +41,10 @@ FOLDERS = ("tasks", "mailbox", "logs", "checkpoints", ".runtime")
 MARKER_FORMAT = b"2"
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_WIDTH = 36
+#: crew/store/lock.py's: how often a busy lock is tried again, and how long a waiter waits
+#: before it claims the next turn (the fast path never does: it goes to the full command).
+POLL_INTERVAL = 0.002
+HAND_AFTER = 0.25
 
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX_RE = re.compile(RUN_PREFIX_PATTERN)
@@ -299,15 +304,16 @@ def _size(path: str) -> int:
 
 
 class RunLock:
-    """The run lock (crew/store/lock.py), taken only when it is free and no one waits for it:
-    a wait, with its turn-taking, is the full command's."""
+    """The run lock (crew/store/lock.py), taken while no one waits for it with a hand up: a
+    holder keeps it for milliseconds, so a busy lock is tried again as the full command tries
+    it, until HAND_AFTER; a longer wait, with its turn-taking, is the full command's."""
 
     def __init__(self, files: RunFiles) -> None:
         self._files = files
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        if os.path.lexists(self._files.hand) or os.path.islink(self._files.lock):
+        if os.path.islink(self._files.lock):
             raise Fallback
         try:
             self._fd = os.open(
@@ -315,12 +321,21 @@ class RunLock:
             )
         except OSError:
             raise Fallback from None
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            raise Fallback from None
-        return self
+        deadline = None
+        while not os.path.lexists(self._files.hand):
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                now = time.monotonic()
+                deadline = deadline or now + HAND_AFTER
+                if now >= deadline:
+                    break
+                time.sleep(POLL_INTERVAL)
+            except OSError:
+                break
+        os.close(self._fd)
+        raise Fallback
 
     def __exit__(self, *exc: object) -> None:
         os.close(self._fd)  # closing the descriptor releases the flock
