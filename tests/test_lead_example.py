@@ -4,6 +4,7 @@ client standing in for Claude Code (tests/mcp_lead.py, run as the lead task's wo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -24,7 +25,8 @@ from crew.registry import EventType, RunStatus, TaskStatus
 from crew.store import jsonl
 from crew.store.runstore import RunStore
 
-pytest.importorskip("mcp")
+if importlib.util.find_spec("mcp") is None:  # an optional extra
+    pytest.skip("needs the mcp extra", allow_module_level=True)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / ".crew-example" / "lead"
 STAND_IN = Path(__file__).resolve().parent / "mcp_lead.py"
