@@ -400,6 +400,12 @@ def test_a_result_says_the_turn_is_over_before_idle_does_unless_claude_queued_mo
     assert isinstance(last, Spent) and last.settled
     assert isinstance(more, Spent) and not more.settled
 
+    claude.on_line(result(usage=usage, queued_turn_count=0))
+    init = line(type="system", subtype="init", session_id="s1")
+    assert claude.on_line(init).signals == [TurnBegun(), SessionStarted("s1")]  # no idle between
+    claude.on_line(IDLE)
+    assert claude.on_line(init).signals == []  # a turn crew started: nothing to say
+
 
 def test_without_state_events_a_result_ends_the_turn_unless_turns_are_queued() -> None:
     claude = ClaudeCodeAdapter(AgentConfig(command=["claude"], protocol="claude-code"))

@@ -116,6 +116,8 @@ class ClaudeCodeAdapter:
     _owed: bool = False
     #: claude emits session state events: `idle`, not `result`, ends a turn.
     _states: bool = False
+    #: A result said the turn is over (Spent.settled), and claude has not yet said it is idle.
+    _settled: bool = False
     _interrupts: int = 0
     _requests: Questions[_Request] = field(default_factory=Questions)
     #: claude withdrew the question the leader still shows: its answer goes nowhere.
@@ -261,20 +263,27 @@ class ClaudeCodeAdapter:
         return Reaction(write=stop.write, signals=[note])
 
     def _init(self, event: dict[str, Any]) -> Reaction:
-        """A turn begins: claude names its session (the same one every turn)."""
+        """A turn begins: claude names its session (the same one every turn). One that begins
+        after a result said the last was over, with no `idle` between, is said to have begun."""
+        signals: list[Signal] = [TurnBegun()] if self._settled else []
+        self._settled = False
         session = event.get("session_id")
-        if not isinstance(session, str) or not session or session == self._session:
-            return Reaction()
-        if _NOT_SAVED in self.agent.command:
-            return Reaction()
-        self._session = session
-        return Reaction(signals=[SessionStarted(session)])
+        if (
+            isinstance(session, str)
+            and session
+            and session != self._session
+            and (_NOT_SAVED not in self.agent.command)
+        ):
+            self._session = session
+            signals.append(SessionStarted(session))
+        return Reaction(signals=signals)
 
     def _result(self, event: dict[str, Any]) -> Reaction:
         denied = self._denied_unasked(event.get("permission_denials"))
         # Unless claude queued more turns of its own, it spends nothing more until it is given
         # work: the result and the `idle` after it may reach the leader in separate reads.
-        used = self._spent(event, settled=not event.get("queued_turn_count"))
+        self._settled = not event.get("queued_turn_count")
+        used = self._spent(event, settled=self._settled)
         reaction = self._turn_result(event)
         reaction.signals[:0] = [s for s in (denied, used) if s is not None]
         return reaction
@@ -350,7 +359,7 @@ class ClaudeCodeAdapter:
         """The turn is over: the next held message starts a turn of its own (the failure of
         the one that ended is an error, not the end), or the leader is told claude is idle."""
         error, answer = self._error, self._answer_text
-        self._error, self._answer_text = None, None
+        self._error, self._answer_text, self._settled = None, None, False
         if self._queued:
             begun: list[Signal] = [AgentError(f"claude: {error}")] if error else []  # overtaken
             begun.append(TurnBegun())
