@@ -77,8 +77,9 @@ class Spent:
 
 @dataclass(frozen=True)
 class TurnBegun:
-    """The agent began a turn on work its adapter held for the end of the last one: a limit
-    reached by then stops it (the leader hands out everything else itself)."""
+    """The agent began a turn the leader did not just hand it (on work its adapter held for
+    the end of the last one, or before it said it was idle): a limit reached by then stops it,
+    and what is due for it is given as during any turn."""
 
 
 Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted | Spent | TurnBegun

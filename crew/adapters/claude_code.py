@@ -267,21 +267,15 @@ class ClaudeCodeAdapter:
         after a result said the last was over, with no `idle` between, is said to have begun."""
         signals: list[Signal] = [TurnBegun()] if self._settled else []
         self._settled = False
-        session = event.get("session_id")
-        if (
-            isinstance(session, str)
-            and session
-            and session != self._session
-            and (_NOT_SAVED not in self.agent.command)
-        ):
+        session, saved = event.get("session_id"), _NOT_SAVED not in self.agent.command
+        if saved and isinstance(session, str) and session and session != self._session:
             self._session = session
             signals.append(SessionStarted(session))
         return Reaction(signals=signals)
 
     def _result(self, event: dict[str, Any]) -> Reaction:
         denied = self._denied_unasked(event.get("permission_denials"))
-        # Unless claude queued more turns of its own, it spends nothing more until it is given
-        # work: the result and the `idle` after it may reach the leader in separate reads.
+        # Unless claude queued turns of its own, it spends nothing more until it is given work.
         self._settled = not event.get("queued_turn_count")
         used = self._spent(event, settled=self._settled)
         reaction = self._turn_result(event)

@@ -42,7 +42,7 @@ MARKER_FORMAT = b"2"
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_WIDTH = 36
 #: crew/store/lock.py's: how often a busy lock is tried again, and how long a waiter waits
-#: before it claims the next turn (the fast path never does: it goes to the full command).
+#: before it claims the next turn (the fast path claims none: it goes to the full command).
 POLL_INTERVAL = 0.002
 HAND_AFTER = 0.25
 
