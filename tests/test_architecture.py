@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,11 @@ LONG_FUNCTION_MARK = "# Long:"
 class Module:
     name: str
     path: Path
-    tree: ast.Module
+
+    @cached_property
+    def tree(self) -> ast.Module:
+        """Parsed when a test reads it: not by every test process as it collects."""
+        return ast.parse(self.path.read_text(), str(self.path))
 
     @property
     def lines(self) -> int:
@@ -94,7 +99,7 @@ def _modules() -> list[Module]:
     for path in sorted(ROOT.rglob("*.py")):
         parts = path.relative_to(ROOT.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found.append(Module(name, path, ast.parse(path.read_text(), str(path))))
+        found.append(Module(name, path))
     return found
 
 
