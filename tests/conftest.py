@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer.main
 
 from crew.config import CrewConfig, parse_config
 from crew.domain.runs import create_run
@@ -121,6 +123,17 @@ class CliResult:
     err: str
 
 
+_GET_COMMAND = typer.main.get_command
+
+
+@functools.cache
+def _command(app: typer.Typer) -> Any:
+    """typer's click command for `app`, built once: typer builds it again at every call of the
+    app (50 ms of CPU), which a `crew` process does once and a test process hundreds of times
+    (click commands are made to be invoked again)."""
+    return _GET_COMMAND(app)
+
+
 @pytest.fixture
 def cli(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -128,6 +141,8 @@ def cli(
     """Run the crew command in-process: `cli("status", "--json")`."""
     from crew.cli import app
     from crew.cli.common import run_app
+
+    monkeypatch.setattr(typer.main, "get_command", _command)
 
     def invoke(*args: str, stdin: str | None = None) -> CliResult:
         capsys.readouterr()
