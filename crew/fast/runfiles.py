@@ -313,13 +313,9 @@ class RunLock:
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        if os.path.islink(self._files.lock):
-            raise Fallback
-        try:
-            self._fd = os.open(
-                self._files.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
-            )
-        except OSError:
+        try:  # not made here: a lock file's first take is filelock's (crew/store/lock.py)
+            self._fd = os.open(self._files.lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # missing, a link, unreadable
             raise Fallback from None
         deadline = None
         while not os.path.lexists(self._files.hand):
