@@ -53,7 +53,10 @@ def _load() -> dict[str, int]:
 
 def armed(point: str) -> bool:
     """Whether this pass through `point` is the one chosen to fail (counts the pass)."""
-    wanted = _load().get(point)
+    points = _load()
+    if not points:
+        return False
+    wanted = points.get(point)
     if wanted is None:
         return False
     _hits[point] = _hits.get(point, 0) + 1
@@ -67,6 +70,8 @@ def active(point: str) -> bool:
 
 def fail_at(place: str) -> None:
     """Raise here, as a bug would, if `raise:<place>` is armed for this pass."""
+    if not _load():
+        return
     if armed(f"raise:{place}"):
         raise RuntimeError(f"injected failure at {place}")
 
@@ -74,6 +79,8 @@ def fail_at(place: str) -> None:
 def out_of_files_at(place: str) -> None:
     """Fail here with EMFILE, as a process out of file descriptors would, if `emfile:<place>`
     is armed for this pass (ENFILE, the whole system out of them, with `enfile:<place>`)."""
+    if not _load():
+        return
     for name, code in (("emfile", errno.EMFILE), ("enfile", errno.ENFILE)):
         if armed(f"{name}:{place}"):
             raise OSError(code, os.strerror(code))
@@ -86,6 +93,8 @@ _DISK_ERRORS = {"enospc": errno.ENOSPC, "edquot": errno.EDQUOT, "eio": errno.EIO
 def disk_error_at(file: str) -> None:
     """Fail an append to `file` with ENOSPC, EDQUOT or EIO, if `<name>:<file>` is armed for this
     pass."""
+    if not _load():
+        return
     for name, code in _DISK_ERRORS.items():
         if armed(f"{name}:{file}"):
             raise OSError(code, f"{os.strerror(code)} (injected)")
@@ -94,6 +103,8 @@ def disk_error_at(file: str) -> None:
 def crash_at(point: str) -> None:
     """Die here, without cleanup, if `point` is armed for this pass (or, armed as
     `interrupt:<point>`, be interrupted as Ctrl-C would; armed as `stop:<point>`, hang)."""
+    if not _load():
+        return
     if armed(point):
         os.kill(os.getpid(), signal.SIGKILL)
     if armed(f"interrupt:{point}"):
