@@ -143,7 +143,7 @@ def test_a_forked_child_does_not_inherit_the_hold(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
 
 
-def test_the_first_take_of_a_missing_lock_file_makes_it_private_to_writers(
+def test_a_missing_lock_file_an_older_crews_run_has_is_made_at_its_first_take(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / ".lock"
@@ -185,3 +185,25 @@ def test_a_file_system_without_flock_is_left_to_filelock(
         assert isinstance(lock._filelocks[path], filelock.BaseFileLock)
         assert lock._filelocks[path].is_locked
     assert not lock._filelocks[path].is_locked
+
+
+def test_a_new_runs_lock_file_is_made_where_flock_works(tmp_path: Path) -> None:
+    path = tmp_path / ".lock"
+    lock.make_lock_file(path)
+    assert path.stat().st_mode & 0o777 == 0o644 & ~_umask()
+    with locked(path):
+        assert _filelock_take(path) == "busy"
+
+
+def test_no_lock_file_is_made_where_flock_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """There an existing lock file is filelock's soft lock, held: it must make its own."""
+
+    def no_flock(fd: int, operation: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(lock, "fcntl", SimpleNamespace(flock=no_flock, LOCK_SH=0, LOCK_NB=0))
+    path = tmp_path / ".lock"
+    lock.make_lock_file(path)
+    assert not path.exists()

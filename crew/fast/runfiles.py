@@ -313,7 +313,7 @@ class RunLock:
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        try:  # not made here: a lock file's first take is filelock's (crew/store/lock.py)
+        try:  # not made here: a run an older crew made has none (crew/store/lock.py)
             self._fd = os.open(self._files.lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:  # missing, a link, unreadable
             raise Fallback from None

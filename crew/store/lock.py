@@ -4,10 +4,11 @@ It is an exclusive `flock` on the run's `.lock` file (the kernel releases it whe
 dies, even on `kill -9`), taken on a descriptor of its own for each take. One lock file is held
 once per thread: the leader's thread and a live view's thread exclude each other like two
 processes do, and a thread that holds it may take it again. Where the file system has no
-`flock`, or the lock file is not there yet, the take is filelock's `FileLock` (which creates the
-file, and falls back to its soft lock where `flock` is missing): it is the same `flock` on the
-same file, so the two exclude each other. The `flock` is taken directly because filelock's
-acquire and release cost more than a whole SQLite transaction (docs/performance.md).
+`flock`, or the lock file is not there (a run an older crew made), the take is filelock's
+`FileLock` (which creates the file, and falls back to its soft lock where `flock` is missing):
+it is the same `flock` on the same file, so the two exclude each other. The `flock` is taken
+directly because filelock's acquire and release cost more than a whole SQLite transaction
+(docs/performance.md).
 
 The leader alone waits without a timeout (`patience`): it has nothing better to do than wait for
 the lock, and must not stop leading because another process holds it for long; it keeps its
@@ -181,6 +182,21 @@ def _acquire(path: Path, wait: float, on_busy: Callable[[float], None] | None = 
         hand.lower()
 
 
+def make_lock_file(path: Path) -> None:
+    """Create a new run's lock file, so that its first take is crew's own. Not where the file
+    system has no `flock`: there a lock file's existence is filelock's soft lock, held, so
+    only filelock makes one (this one is removed)."""
+    fd = open_fd(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in _NO_FLOCK:
+            raise
+        path.unlink()
+    finally:
+        os.close(fd)  # and with it the probe's shared hold
+
+
 def _try(path: Path) -> _Take | None:
     """The lock taken without waiting, or None if another holds it. The file is opened afresh
     at each try, as filelock opens it: a run removed meanwhile is found gone (ENOENT)."""
@@ -189,7 +205,7 @@ def _try(path: Path) -> _Take | None:
     try:
         fd = os.open(path, _OPEN)
     except FileNotFoundError:
-        return _try_filelock(path)  # its first take: filelock makes the file
+        return _try_filelock(path)  # an older crew's run: filelock makes the file
     except OSError as exc:
         raise _cannot(path, exc) from None
     try:
