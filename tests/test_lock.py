@@ -1,21 +1,18 @@
-"""The run lock (crew/store/lock.py): its own `flock`, filelock's where it must, one hold per
-thread, none inherited by a fork."""
+"""The run lock (crew/store/lock.py): an exclusive `flock` another process's filelock respects,
+one hold per thread (taken again by the thread that holds it), none inherited by a fork, no
+link followed."""
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
-import filelock
 import pytest
 
 from crew.errors import CrewTimeout, Refused
-from crew.store import lock
 from crew.store.lock import locked
 
 #: Takes the lock file named by argv[1] with filelock, without waiting: prints taken or busy.
@@ -143,7 +140,7 @@ def test_a_forked_child_does_not_inherit_the_hold(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
 
 
-def test_a_missing_lock_file_an_older_crews_run_has_is_made_at_its_first_take(
+def test_a_missing_lock_file_is_made_at_its_first_take_private_to_writers(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / ".lock"
@@ -168,42 +165,3 @@ def test_a_link_where_the_lock_file_is_is_refused_and_not_followed(tmp_path: Pat
     with pytest.raises(Refused, match="symbolic link"), locked(path):
         pass
     assert target.read_text() == "keep me\n"
-
-
-def test_a_file_system_without_flock_is_left_to_filelock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = _lock_file(tmp_path)
-
-    def no_flock(fd: int, operation: int) -> None:
-        raise OSError(errno.ENOSYS, "Function not implemented")
-
-    monkeypatch.setattr(lock, "fcntl", SimpleNamespace(flock=no_flock, LOCK_EX=0, LOCK_NB=0))
-    monkeypatch.setattr(lock, "_flockless", set())
-    with locked(path):
-        assert path in lock._flockless
-        assert isinstance(lock._filelocks[path], filelock.BaseFileLock)
-        assert lock._filelocks[path].is_locked
-    assert not lock._filelocks[path].is_locked
-
-
-def test_a_new_runs_lock_file_is_made_where_flock_works(tmp_path: Path) -> None:
-    path = tmp_path / ".lock"
-    lock.make_lock_file(path)
-    assert path.stat().st_mode & 0o777 == 0o644 & ~_umask()
-    with locked(path):
-        assert _filelock_take(path) == "busy"
-
-
-def test_no_lock_file_is_made_where_flock_is_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """There an existing lock file is filelock's soft lock, held: it must make its own."""
-
-    def no_flock(fd: int, operation: int) -> None:
-        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-
-    monkeypatch.setattr(lock, "fcntl", SimpleNamespace(flock=no_flock, LOCK_SH=0, LOCK_NB=0))
-    path = tmp_path / ".lock"
-    lock.make_lock_file(path)
-    assert not path.exists()

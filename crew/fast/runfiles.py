@@ -313,9 +313,13 @@ class RunLock:
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        try:  # not made here: a run an older crew made has none (crew/store/lock.py)
-            self._fd = os.open(self._files.lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:  # missing, a link, unreadable
+        if os.path.islink(self._files.lock):
+            raise Fallback
+        try:
+            self._fd = os.open(
+                self._files.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+            )
+        except OSError:
             raise Fallback from None
         deadline = None
         while not os.path.lexists(self._files.hand):

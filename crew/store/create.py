@@ -15,7 +15,6 @@ from crew.paths import Home, RunPaths
 from crew.registry import Box
 from crew.store import eventlog, jsonl
 from crew.store.files import FILE_MODE, fsync_dir, fsync_enabled, make_dirs, open_fd, open_read
-from crew.store.lock import make_lock_file
 from crew.store.runstore import RunStore
 from crew.store.state import RunState
 
@@ -57,7 +56,6 @@ def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> RunStore
     jsonl.append(paths.events, [e.to_line() for e in eventlog.framed(events)])
     for box in Box:
         paths.box(box).touch(mode=FILE_MODE)
-    make_lock_file(paths.lock)
     store = RunStore(paths)
     store.snapshots.create(state.run, state.task_list())
     store.write_applied(events[-1].seq if events else 0)
