@@ -1062,6 +1062,30 @@ def test_doctor_imports_no_typer(make_run: MakeRun) -> None:
     assert done.stderr == "(1, [])"  # it found the damage, with the models and without typer
 
 
+def test_a_full_commands_collector_is_paused_for_its_start_up_and_runs_once_it_begins(
+    make_run: MakeRun,
+) -> None:
+    """The start-up's objects are frozen, and the collector is on while the command runs (a
+    leader runs for hours)."""
+    store = make_run()
+    program = (
+        "import atexit, gc, sys; import crew.fast; seen = []; "
+        "resume = crew.fast.resume_collector; "
+        "crew.fast.resume_collector = lambda: (seen.append(gc.isenabled()), resume(), "
+        "seen.append((gc.isenabled(), gc.get_freeze_count() > 0))); "
+        "atexit.register(lambda: sys.stderr.write(repr(seen))); "
+        f"crew.fast.main(['runs', '--json', '--home', {str(store.paths.home.root)!r}])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "CREW_FAST": "0"},
+    )
+    assert done.stderr == "[False, (True, True)]"
+
+
 def test_the_crew_command_takes_the_fast_path_and_prints_the_same(make_run: MakeRun) -> None:
     store = make_run()
     start(store)

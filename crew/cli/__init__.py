@@ -15,6 +15,7 @@ import typer
 
 from crew import __version__
 from crew.cli.common import ColorOption, QuietOption, run_app
+from crew.fast import resume_collector
 from crew.output import Color
 
 HELP = "Orchestrate crews of worker processes; every bit of state is a plain file."
@@ -67,6 +68,7 @@ def _root(
     """Orchestrate crews of worker processes; every bit of state is a plain file.
 
     --color and --quiet may come before the command too (`crew --color never status`)."""
+    resume_collector()  # the command begins: its start-up is over (crew/fast `main`)
 
 
 def build_app(only: str | None = None) -> typer.Typer:

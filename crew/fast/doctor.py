@@ -11,25 +11,19 @@ repair done twice repairs nothing the second time).
 
 from __future__ import annotations
 
-import gc
-
+from crew.fast import pause_collector, resume_collector
 from crew.fast.cmdline import Call
 
 
 def doctor(call: Call) -> int:
-    # Building the models makes objects by the thousand and no garbage: no collection meanwhile,
-    # and none ever again of what they made (76 collections, 21 ms, in a doctor of a small run).
-    collecting = gc.isenabled()
-    gc.disable()
+    pause_collector()  # building the models: 76 collections, 21 ms, in a doctor of a small run
     try:
         from crew.doctor import doctor as examine
         from crew.output import SETTINGS
         from crew.paths import find_home
         from crew.render import emit
     finally:
-        gc.freeze()
-        if collecting:
-            gc.enable()
+        resume_collector()
     SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
     home = find_home(explicit=call.options.get("--home"))
     report = examine(home, call.arguments.get("run"), repair="--repair" in call.options)
