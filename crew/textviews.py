@@ -89,17 +89,17 @@ def table(
         fitted = max(widths[-1] - over, cells(header[-1]))
         rows = [[*row[:-1], (_fit(row[-1][0], fitted), row[-1][1])] for row in rows]
         widths[-1] = fitted
-    last = len(widths) - 1
+    widths[-1] = 0  # the last column is not padded: no line ends in spaces
     lines = []
     head = ""
     for index, (name, wide) in enumerate(zip(header, widths, strict=True)):
-        head += paint(name + " " * (wide - cells(name)), BOLD, color)
-        if index < last:  # each space of the gap is its own styled piece, as rich drew it
+        if index:  # each space of the gap is its own styled piece, as rich drew it
             head += paint(" ", BOLD, color) * len(GAP)
+        head += paint(name + " " * max(0, wide - cells(name)), BOLD, color)
     lines.append(head)
     for row in rows:
         line = GAP.join(
-            paint(text, style, color) + " " * (wide - cells(text))
+            paint(text, style, color) + " " * max(0, wide - cells(text))
             for (text, style), wide in zip(row, widths, strict=True)
         )
         lines.append(line)
