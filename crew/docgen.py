@@ -227,22 +227,26 @@ def command_reference() -> str:
     import io
     import os
 
+    import typer.core
     import typer.main
 
     from crew.cli import app
-    from crew.cli.common import run_app
+
+    # Built once, as a call of `app` builds it (completion options included), not anew each time.
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
 
     def help_of(*args: str) -> str:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            run_app(app, [*args, "--help"])
+            group.main([*args, "--help"], prog_name="crew", standalone_mode=False)
         return buffer.getvalue().rstrip()
 
     saved = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"
     try:
         out = [COMMANDS_INTRO, "```text", help_of(), "```"]
-        for name in typer.main.get_group(app).commands:
+        for name in group.commands:
             out += [f"\n## crew {name}\n", "```text", help_of(name), "```"]
         out.append(f"\n{JSON_OUTPUT.rstrip()}")
     finally:
