@@ -88,7 +88,6 @@ def table(
     if width is not None and over > 0:  # the last column gives way, down to its header
         fitted = max(widths[-1] - over, cells(header[-1]))
         rows = [[*row[:-1], (_fit(row[-1][0], fitted), row[-1][1])] for row in rows]
-        widths[-1] = fitted
     widths[-1] = 0  # the last column is not padded: no line ends in spaces
     lines = []
     head = ""
