@@ -255,3 +255,53 @@ def test_two_names_are_swapped_and_a_missing_one_is_an_error(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError):
         exchange.exchange(str(a), str(tmp_path / "absent"))
     assert a.read_text() == "B"
+
+
+def test_a_leaders_memory_does_not_grow_with_the_messages_it_let_go_of(make_run: MakeRun) -> None:
+    # What the leader's fold knows of a message no worker can change any more (a report, a
+    # steer acknowledged) is on disk (crew/store/spill.py), and the message is not held: ~280
+    # bytes a message stayed in crew's own indexes before. Measured by what Python allocates
+    # outside pydantic (whose cache of strings fills up to ~1 MB, then stays).
+    import gc
+    import tracemalloc
+
+    from crew.models import MailboxMessage
+    from crew.registry import Box, Direction, MessageKind, MessageStatus, Priority
+    from crew.store import jsonl
+
+    store = make_run()
+    path = store.paths.box(Box.OUTBOX)
+    line = MailboxMessage(
+        id="msg_0000000000000000",
+        direction=Direction.OUTBOX,
+        kind=MessageKind.REPORT,
+        from_="plan",
+        to="leader",
+        task_id="plan",
+        body="progress",
+        status=MessageStatus.DELIVERED,
+        priority=Priority.NORMAL,
+        sent_at="2026-12-01T00:00:00.000000Z",
+    ).to_line()
+
+    def held_after(count: int) -> int:
+        first = len(jsonl.read(path, MailboxMessage).records)
+        ids = (f"{n:016x}".encode() for n in range(first, first + count))
+        jsonl.append(path, [line.replace(b"0" * 16, i) for i in ids])
+        leader = RunStore(store.paths, lean_mail=True)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            fold = leader.mail(Box.OUTBOX)
+            gc.collect()
+            crews = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(False, "*pydantic*")]
+            )
+        finally:
+            tracemalloc.stop()
+        assert fold.size() == first + count and not list(fold.kept()) and not fold.pending
+        assert fold.get(f"msg_{first:016x}") is not None  # read back from the file
+        return sum(stat.size for stat in crews.statistics("filename"))
+
+    small, large = held_after(1_000), held_after(4_000)  # the file: 1,000, then 5,000
+    assert large - small < 4_000 * 10, (small, large)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,24 +103,30 @@ def test_a_new_message_comes_after_every_one_before_it(make_run: MakeRun) -> Non
         txn._staged.clear()
 
 
-def test_what_the_fold_indexes_is_read_again_when_the_file_is_replaced(make_run: MakeRun) -> None:
+@pytest.mark.parametrize("lean", [False, True], ids=["full", "lean"])
+def test_what_the_fold_indexes_is_read_again_when_the_file_is_replaced(
+    make_run: MakeRun, lean: bool
+) -> None:
     store = make_run()
     path = store.paths.box(Box.STEERING)
     kept, gone = (
         _message(0, "plan", MessageStatus.PENDING),
-        _message(2, "build", MessageStatus.PENDING),
+        _message(2, "build", MessageStatus.ACKNOWLEDGED),  # a lean fold does not hold it
     )
     jsonl.append(path, [kept.to_line(), gone.to_line()])
-    fold = store.mail(Box.STEERING)
-    assert fold.keys.get("k2") == gone.id and fold.by_task.get("build")
+    reader = RunStore(store.paths, lean_mail=lean)
+    fold = reader.mail(Box.STEERING)
+    assert fold.keyed("k2") == gone.id and fold.of_task("build") == [gone.id]
+    assert fold.get(gone.id) == gone
 
     replacement = path.with_name("replacement")
     replacement.write_bytes(kept.to_line())
     replacement.replace(path)  # as a repair rewrites a file: another inode, shorter
 
-    fold = store.mail(Box.STEERING)
-    assert fold.keys.get("k2") is None and fold.keys.get("k0") == kept.id
-    assert fold.by_task.get("build", []) == [] and fold.by_task.get("plan") == [kept.id]
+    fold = reader.mail(Box.STEERING)
+    assert fold.keyed("k2") is None and fold.keyed("k0") == kept.id
+    assert fold.of_task("build") == [] and fold.of_task("plan") == [kept.id]
+    assert fold.get(gone.id) is None and fold.size() == 1
 
 
 def test_the_question_an_answer_answers_is_found_by_its_contact_id(make_run: MakeRun) -> None:
@@ -171,7 +178,9 @@ def test_a_lean_fold_gives_what_a_full_one_does(
     for message_id, message in full.items():
         assert kept.get(message_id) == message
     for task in ("plan", "build"):
-        assert kept.by_task.get(task) == every.by_task.get(task)
+        assert kept.of_task(task) == every.of_task(task)
     for key in ("k0", "k1", "k2"):
-        assert kept.keys.get(key) == every.keys.get(key)
-    assert (kept.pending, kept.order) == (every.pending, every.order)
+        assert kept.keyed(key) == every.keyed(key)
+    assert kept.pending == every.pending
+    assert [kept.place(i) for i in full] == [every.place(i) for i in full]
+    assert kept.ids() == every.ids() == list(full) and kept.size() == len(full)

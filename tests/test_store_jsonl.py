@@ -233,6 +233,30 @@ def test_a_follower_reads_only_new_lines(tmp_path: Path) -> None:
     assert follower.poll().records == []
 
 
+def test_a_follower_reads_a_long_file_a_piece_at_a_time(tmp_path: Path) -> None:
+    # A lean fold reads a file a few hundred lines at a time, so as not to hold it all: each
+    # piece ends with the line that crosses the limit, read whole, and nothing is read twice.
+    path = tmp_path / "events.jsonl"
+    lines = [event(i, "m" * (50 if i % 7 else 3000)).to_line() for i in range(1, 101)]
+    jsonl.append(path, lines)
+    with path.open("ab") as handle:
+        handle.write(event(101, "torn" * 2000).to_line()[:-1])  # a torn tail longer than a piece
+    follower = jsonl.Follower(path, Event)
+    pieces = []
+    while True:
+        poll = follower.poll(2000)
+        pieces.append([e.seq for e in poll.records])
+        if not poll.more:
+            break
+
+    assert [seq for piece in pieces for seq in piece] == list(range(1, 101))
+    assert len(pieces) > 10
+    for piece in pieces:
+        if piece:
+            assert sum(len(lines[seq - 1]) for seq in piece[:-1]) < 2000
+    assert follower.poll(2000).records == [] and follower.offset == sum(map(len, lines))
+
+
 def test_a_follower_starts_over_when_the_file_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     jsonl.append(path, [event(1).to_line(), b"junk\n", event(2).to_line()])

@@ -2,10 +2,15 @@
 message's latest state, the pending ones, their order and counts, the idempotency keys, each
 task's messages, the questions asked (crew/store/runstore.py holds one per file).
 
-A `lean` fold (the leader's) keeps in memory only the messages that may still change: those
-pending or delivered to a worker. Any other is read back from its lines in the file when it is
+A `lean` fold (the leader's) holds in memory only the messages that may still change: those
+pending or delivered to a worker. What it knows of the others — where each was first seen, its
+task, where its lines start — and the names messages carry (keys, questions) are on disk
+(crew/store/spill.py); a message it let go of is read back from its lines in the file when it is
 asked for, by id, which the leader does rarely (an acknowledgement of an old message, a restart,
-a replayed key). So what the leader holds grows by the ids it indexes, not by whole messages.
+a replayed key). So what the leader holds does not grow with the messages ever sent.
+
+A message's place is where its first line starts in the file: messages in first-seen order are
+in the order of their places.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from crew.models import MailboxChange, MailboxLine, MailboxMessage
 from crew.registry import Direction, MessageData, MessageKind, MessageStatus
 from crew.store import jsonl, mailfile
 from crew.store.files import open_fd
+from crew.store.spill import Name, Spill, Spilled
 
-#: How many bytes of new lines a lean fold reads at a time (beyond the line that crosses it).
-_CHUNK = 1024 * 1024
+#: How many bytes of new lines a lean fold reads at a time (and the line that crosses it): what
+#: a read holds at once, ~15 times as much once validated.
+_CHUNK = 256 * 1024
 #: The statuses of a message a worker may still change (acknowledge, be given again).
 _LIVE = frozenset({MessageStatus.PENDING, MessageStatus.DELIVERED})
 
@@ -34,39 +41,39 @@ class MailboxFold:
         self.path = path
         self.lean = lean
         self._lines = jsonl.Follower(path, MailboxLine)
-        #: Each message's latest state (a lean fold: those that may still change).
+        #: Each message's latest state (a lean fold: those it holds) and its place.
         self._messages: dict[str, MailboxMessage] = {}
-        #: A lean fold: where each message's lines start, from its last whole line on.
+        self._places: dict[str, int] = {}
+        #: A lean fold: where the lines of each message it holds start, from its last whole
+        #: line on; and what it knows of the others.
         self._starts: dict[str, list[int]] = {}
-        #: The messages whose latest line is pending, and each message's first-seen place.
+        self._spill = Spill() if lean else None
+        #: The messages whose latest line is pending.
         self.pending: dict[str, MailboxMessage] = {}
-        self.order: dict[str, int] = {}
         #: How many of `pending` there are per task and kind.
         self.counts: Counter[tuple[str, MessageKind]] = Counter()
-        #: The message first sent under each idempotency key, by key.
-        self.keys: dict[str, str] = {}
-        #: Each task's messages, in first-seen order.
-        self.by_task: dict[str, list[str]] = {}
-        #: The message that asked each question (a worker's contact), by contact id.
-        self.contacts: dict[str, str] = {}
+        #: A full fold: each task's messages in first-seen order; the first message that
+        #: carried each name (an idempotency key, a question asked: the contact id).
+        self._by_task: dict[str, list[str]] = {}
+        self._names: dict[tuple[Name, str], str] = {}
         #: Given each new state read (RunStore.follow_mail).
         self.listeners: list[Callable[[MailboxMessage], None]] = []
 
     def current(self) -> Mapping[str, MailboxMessage]:
         """Every message's latest state, in first-seen order, after what was appended (a lean
-        fold reads it a few thousand lines at a time, so as not to hold them all at once)."""
+        fold reads it a few hundred lines at a time, so as not to hold them all at once)."""
         while True:
             poll = self._lines.poll(_CHUNK if self.lean else None)
             if poll.reset:
-                self._messages, self._starts, self.pending, self.order = {}, {}, {}, {}
-                self.keys, self.by_task, self.contacts = {}, {}, {}
-                self.counts = Counter()
+                self._forget()
             for record, start in zip(poll.records, poll.starts, strict=True):
                 message = self._take(record.root, start)
                 if message is not None:
                     self._index(message)
                     for listener in self.listeners:
                         listener(message)
+            if self._spill is not None:
+                self._spill.flush()
             if not poll.more:
                 return self.as_read()
 
@@ -81,39 +88,132 @@ class MailboxFold:
         self._lines.wrote(start, records, sizes)
 
     def kept(self) -> Iterator[MailboxMessage]:
-        """The messages a lean fold keeps in memory (those that may still change)."""
+        """The messages a lean fold holds in memory (those that may still change)."""
         return iter(list(self._messages.values()))
 
+    # ------------------------------------------------------------------ looking messages up
+
     def get(self, message_id: str) -> MailboxMessage | None:
-        """A message's latest state as last read (from the file, if it is not kept)."""
+        """A message's latest state as last read (from the file, if it is not held)."""
         found = self._messages.get(message_id)
-        if found is None and message_id in self._starts:
-            return self._read_back(message_id)
+        if found is None and self._spill is not None:
+            spilled = self._spill.get(message_id)
+            return None if spilled is None else self._read_back(message_id, spilled.starts)
         return found
+
+    def place(self, message_id: str) -> int | None:
+        """Where a message was first seen in the file (None: never)."""
+        place = self._places.get(message_id)
+        if place is None and self._spill is not None:
+            spilled = self._spill.get(message_id)
+            return None if spilled is None else spilled.place
+        return place
+
+    def knows(self, message_id: str) -> bool:
+        return self.place(message_id) is not None
+
+    def of_task(self, task_id: str) -> list[str]:
+        """The ids of a task's messages, in first-seen order."""
+        if self._spill is None:
+            return list(self._by_task.get(task_id, ()))
+        held = [(self._places[i], i) for i, m in self._messages.items() if m.task_id == task_id]
+        return [i for _, i in sorted(held + self._spill.of_task(task_id))]
+
+    def ids(self) -> list[str]:
+        """Every message's id, in first-seen order."""
+        if self._spill is None:
+            return list(self._messages)
+        held = [(place, i) for i, place in self._places.items()]
+        return [i for _, i in sorted(held + self._spill.places())]
+
+    def size(self) -> int:
+        """How many messages the file holds."""
+        return len(self._places) + (len(self._spill) if self._spill is not None else 0)
+
+    def keyed(self, key: str) -> str | None:
+        """The message first sent under idempotency key `key`."""
+        return self._named(Name.KEY, key)
+
+    def asking(self, contact_id: str) -> str | None:
+        """The message (a worker's contact) that asked question `contact_id`."""
+        return self._named(Name.CONTACT, contact_id)
+
+    def _named(self, kind: Name, name: str) -> str | None:
+        if self._spill is not None:
+            return self._spill.named(kind, name)
+        return self._names.get((kind, name))
+
+    # ------------------------------------------------------------------ reading lines
+
+    def _forget(self) -> None:
+        self._messages, self._places, self._starts, self.pending = {}, {}, {}, {}
+        self._by_task, self._names = {}, {}
+        self.counts = Counter()
+        if self._spill is not None:
+            self._spill.clear()
 
     def _take(self, line: MailboxMessage | MailboxChange, start: int) -> MailboxMessage | None:
         """The message's state after `line` (None: a change to a message never seen)."""
+        if self._spill is not None:
+            return self._take_lean(line, start)
         if isinstance(line, MailboxChange):
-            base = self.get(line.id)
+            base = self._messages.get(line.id)
             if base is None:
                 return None
             message = mailfile.merge(base, line)
-            if self.lean:
-                self._starts[line.id].append(start)
         else:
             message = line
-            if self.lean:
-                self._starts[line.id] = [start]  # a whole line supersedes what came before
-        if not self.lean or (message.status in _LIVE and message.direction is Direction.INBOX):
-            self._messages[message.id] = message
+            if line.id not in self._places:
+                self._places[line.id] = start
+                self._by_task.setdefault(line.task_id, []).append(line.id)
+        self._messages[message.id] = message
+        return message
+
+    def _take_lean(self, line: MailboxMessage | MailboxChange, start: int) -> MailboxMessage | None:
+        """`_take` for a lean fold: the message held if it may still change, spilled if not."""
+        spill = self._spill
+        assert spill is not None
+        message_id = line.id
+        held = message_id in self._messages
+        spilled: Spilled | None = None
+        if isinstance(line, MailboxChange):
+            if held:
+                base: MailboxMessage | None = self._messages[message_id]
+                starts = self._starts[message_id]
+            else:
+                spilled = spill.get(message_id)
+                if spilled is None:
+                    return None
+                base, starts = self._read_back(message_id, spilled.starts), spilled.starts
+            if base is None:
+                return None
+            message = mailfile.merge(base, line)
+            starts.append(start)
         else:
-            self._messages.pop(message.id, None)
+            message, starts = line, [start]  # a whole line supersedes what came before
+        live = message.status in _LIVE and message.direction is Direction.INBOX
+        if held:
+            place = self._places[message_id]
+        elif spilled is None and not live:  # most often a message never seen: its first line
+            spill.put(message_id, Spilled(start, message.task_id, starts), first=True)
+            return message
+        else:
+            spilled = spilled or spill.get(message_id)
+            place = spilled.place if spilled is not None else start
+        if live:
+            if spilled is not None:
+                spill.take(message_id)
+            self._messages[message_id] = message
+            self._places[message_id] = place
+            self._starts[message_id] = starts
+        else:
+            if held:
+                del self._messages[message_id], self._places[message_id]
+                del self._starts[message_id]
+            spill.put(message_id, Spilled(place, message.task_id, starts))
         return message
 
     def _index(self, message: MailboxMessage) -> None:
-        if message.id not in self.order:
-            self.order[message.id] = len(self.order)
-            self.by_task.setdefault(message.task_id, []).append(message.id)
         pending, counts = self.pending, self.counts
         was = pending.get(message.id)
         if was is not None:
@@ -123,16 +223,24 @@ class MailboxFold:
             counts[message.task_id, message.kind] += 1
         elif was is not None:
             del pending[message.id]
-        data = message.data or {}
+        data = message.data
+        if not data:
+            return
         key = data.get(MessageData.IDEMPOTENCY_KEY)
         if isinstance(key, str):
-            self.keys.setdefault(key, message.id)
+            self._name(Name.KEY, key, message.id)
         asked = data.get(MessageData.CONTACT_ID)
         if message.kind is MessageKind.CONTACT and isinstance(asked, str):
-            self.contacts.setdefault(asked, message.id)
+            self._name(Name.CONTACT, asked, message.id)
 
-    def _read_back(self, message_id: str) -> MailboxMessage | None:
-        """A message not kept, merged again from its lines in the file (None if the file no
+    def _name(self, kind: Name, name: str, message_id: str) -> None:
+        if self._spill is not None:
+            self._spill.name(kind, name, message_id)
+        else:
+            self._names.setdefault((kind, name), message_id)
+
+    def _read_back(self, message_id: str, starts: list[int]) -> MailboxMessage | None:
+        """A message not held, merged again from its lines in the file (None if the file no
         longer holds them: it was replaced, and the next read starts it again)."""
         message: MailboxMessage | None = None
         try:
@@ -140,7 +248,7 @@ class MailboxFold:
         except FileNotFoundError:  # gone: the next read starts again from nothing
             return None
         try:
-            for start in self._starts[message_id]:
+            for start in starts:
                 raw = _line_at(fd, start)
                 line = MailboxLine.model_validate_json(raw).root if raw else None
                 if line is None or line.id != message_id:
@@ -187,10 +295,10 @@ class _Messages(Mapping[str, MailboxMessage]):
         return found
 
     def __contains__(self, message_id: object) -> bool:
-        return message_id in self._fold.order
+        return isinstance(message_id, str) and self._fold.knows(message_id)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._fold.order)
+        return iter(self._fold.ids())
 
     def __len__(self) -> int:
-        return len(self._fold.order)
+        return self._fold.size()

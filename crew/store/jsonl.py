@@ -68,10 +68,10 @@ def _reason(exc: ValidationError) -> str:
 
 
 def _lines(
-    path: Path, offset: int, line: int, end: int | None = None
+    path: Path, offset: int, line: int, end: int | None = None, until: int | None = None
 ) -> Iterator[tuple[int, int, bytes]]:
     """Yield `(line number, offset, raw)` for each complete line from `offset` (to `end`, when
-    given), blank ones too."""
+    given; of those that start before `until`, when given), blank ones too."""
     try:
         handle = open_read(path)
     except FileNotFoundError:
@@ -81,6 +81,8 @@ def _lines(
         position = offset
         number = line
         for raw in handle:
+            if until is not None and position >= until:
+                return
             if end is not None and position + len(raw) > end:
                 return  # past the end the caller read to
             if raw[-1:] != b"\n":
@@ -98,9 +100,16 @@ def _parse(path: Path, model: type[M], number: int, start: int, raw: bytes) -> M
 
 
 def read(
-    path: Path, model: type[M], *, offset: int = 0, line: int = 1, end: int | None = None
+    path: Path,
+    model: type[M],
+    *,
+    offset: int = 0,
+    line: int = 1,
+    end: int | None = None,
+    until: int | None = None,
 ) -> ReadResult[M]:
-    """Read every complete line from `offset` (up to byte `end`, when given), tolerantly.
+    """Read every complete line from `offset` (up to byte `end`, when given; those that start
+    before byte `until`, when given), tolerantly.
 
     Never raises on file content: blank lines are skipped, invalid ones reported as BadLine, and
     an unterminated last line is left for a later read (it is being written, or was torn by a
@@ -108,7 +117,7 @@ def read(
     """
     faults.crash_at(f"read:{path.name}")
     result: ReadResult[M] = ReadResult(offset=offset, line=line)
-    for number, start, raw in _lines(path, offset, line, end):
+    for number, start, raw in _lines(path, offset, line, end, until):
         result.offset = start + len(raw)
         result.line = number + 1
         if raw.isspace():
@@ -275,17 +284,17 @@ class Follower(Generic[M]):
             self.offset, self.line = written.end, self.line + len(written.records)
         if stat.st_size == self.offset:
             return known
-        end = None
-        if max_bytes is not None and stat.st_size - self.offset > max_bytes + LINE_LIMIT:
-            end = self.offset + max_bytes + LINE_LIMIT  # a whole line always fits
-        result = read(self.path, self.model, offset=self.offset, line=self.line, end=end)
+        until = None
+        if max_bytes is not None and stat.st_size - self.offset > max_bytes:
+            until = self.offset + max_bytes  # the line that crosses it is read whole
+        result = read(self.path, self.model, offset=self.offset, line=self.line, until=until)
         self.offset, self.line = result.offset, result.line
         return Poll(
             known.records + result.records,
             result.bad,
             reset,
             known.starts + result.starts,
-            more=end is not None,
+            more=until is not None and result.offset >= until,  # else: the end, or a torn tail
         )
 
 

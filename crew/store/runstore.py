@@ -169,7 +169,8 @@ class RunStore:
 
     def place(self, message: MailboxMessage) -> int:
         """Where a message was first written in its mailbox file (after all, if not yet read)."""
-        return self._fold_of(message.kind.box).order.get(message.id, sys.maxsize)
+        place = self._fold_of(message.kind.box).place(message.id)
+        return sys.maxsize if place is None else place
 
     def _fold_of(self, box: Box) -> MailboxFold:
         if box not in self._folds:

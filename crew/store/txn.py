@@ -172,7 +172,7 @@ class Txn:
     def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file as they will be after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with them alone."""
-        ids = self._read(box).by_task.get(task_id, [])
+        ids = self._read(box).of_task(task_id)
         known = set(ids)
         new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
         found = (self.message(box, i) for i in [*ids, *(i for i in new if i not in known)])
@@ -183,7 +183,7 @@ class Txn:
         after this transaction, in time independent of the messages."""
         return self._indexed(
             box,
-            self._read(box).keys.get(key),
+            self._read(box).keyed(key),
             lambda m: (m.data or {}).get(MessageData.IDEMPOTENCY_KEY) == key,
         )
 
@@ -191,7 +191,7 @@ class Txn:
         """The outbox message that asked question `contact_id` (None if there is none)."""
         return self._indexed(
             Box.OUTBOX,
-            self._read(Box.OUTBOX).contacts.get(contact_id),
+            self._read(Box.OUTBOX).asking(contact_id),
             lambda m: (
                 m.kind is MessageKind.CONTACT
                 and (m.data or {}).get(MessageData.CONTACT_ID) == contact_id
@@ -212,16 +212,20 @@ class Txn:
         first-seen order (as `messages` lists them), in time that grows with the pending ones
         alone."""
         fold = self._read(box)
-        pending, order = fold.pending, fold.order
         staged = self._staged.get(box, {})
-        latest = {**pending, **staged}
+        latest = {**fold.pending, **staged}
         wanted = set(task_ids)
         found = [
             m for m in latest.values() if m.task_id in wanted and m.status is MessageStatus.PENDING
         ]
-        new = len(order)  # a message first written by this transaction comes after the rest
-        places = {message_id: new + index for index, message_id in enumerate(staged)}
-        found.sort(key=lambda m: order.get(m.id, places.get(m.id, new)))
+        # a message first written by this transaction comes after the rest, in its order
+        new = {message_id: index for index, message_id in enumerate(staged)}
+
+        def place(message: MailboxMessage) -> tuple[int, int]:
+            at = fold.place(message.id)
+            return (0, at) if at is not None else (1, new.get(message.id, len(new)))
+
+        found.sort(key=place)
         return found
 
     def pending_count(self, box: Box, task_id: str, kinds: Collection[MessageKind]) -> int:
