@@ -542,8 +542,16 @@ def test_pending_ignores_the_outbox(plan: Task) -> None:
     assert pending.due(plan.revised(status=TaskStatus.RUNNING)) == []
 
 
-def test_pending_never_revives_a_delivered_message(plan: Task) -> None:
-    pending = schedule.Pending()
+@pytest.mark.parametrize("on_disk", [False, True], ids=["dict", "disk"])
+def test_pending_never_revives_a_delivered_message(plan: Task, on_disk: bool) -> None:
+    from crew.store.spill import Rounds
+
+    pending = schedule.Pending(settled=Rounds() if on_disk else None)
+    earlier = [  # the leader's rounds are on disk: these written, the ones below not yet
+        message(MessageKind.STEER, status=MessageStatus.ACKNOWLEDGED) for _ in range(Rounds.BATCH)
+    ]
+    for line in earlier:
+        pending.adopt(line)
     steer = message(MessageKind.STEER)
     other = message(MessageKind.STEER)
     delivered = steer.model_copy(update={"status": MessageStatus.DELIVERED})
@@ -557,6 +565,9 @@ def test_pending_never_revives_a_delivered_message(plan: Task) -> None:
     for line in (steer, other, delivered):
         pending.adopt(line)
         assert pending.due(running) == [other]
+    for line in earlier:
+        pending.adopt(line.model_copy(update={"status": MessageStatus.PENDING}))
+    assert pending.due(running) == [other]
 
 
 def test_pending_due_in_delivery_order_as_first_written(plan: Task) -> None:

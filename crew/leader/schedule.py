@@ -4,6 +4,7 @@ messages a worker is given now, when an idle agent is done. Tested without a pro
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from typing import Protocol
 
 from crew.domain import mailbox
 from crew.leader.signals import AgentState
@@ -92,17 +93,29 @@ def idle_close_at(
     return scheduled if scheduled is not None else now + linger
 
 
+class Rounds(Protocol):
+    """A number for each message, by id (a dict, or crew/store/spill.py's on disk)."""
+
+    def get(self, message_id: str, default: int, /) -> int: ...
+
+    def __setitem__(self, message_id: str, value: int, /) -> None: ...
+
+
 class Pending:
     """Undelivered messages to each task (the latest line of each), kept up to date from the
     mailbox files and the leader's own writes."""
 
-    def __init__(self, place: Callable[[MailboxMessage], int] | None = None) -> None:
+    def __init__(
+        self, place: Callable[[MailboxMessage], int] | None = None, settled: Rounds | None = None
+    ) -> None:
         """`place`: where a message was first written, as its mailbox file's reader knows it
-        (default: the order messages are first adopted in)."""
+        (default: the order messages are first adopted in). `settled`: where to keep the round
+        each message settled in (default: a dict; the leader's is on disk, as it has one for
+        every message ever sent to a worker)."""
         self._by_task: dict[str, dict[str, MailboxMessage]] = {}
         #: Messages seen past `pending`, and in which round (`mailbox.carried`): a file re-read
         #: from its start never revives them; only a newer round's `pending` line does.
-        self._settled: dict[str, int] = {}
+        self._settled: Rounds = {} if settled is None else settled
         #: The order messages were first seen in: the order they were written.
         self._order: dict[str, int] = {}
         self._place = place

@@ -13,6 +13,7 @@ from crew.models import Event
 from crew.registry import INBOUND_BOXES
 from crew.store import eventlog
 from crew.store.runstore import RunStore
+from crew.store.spill import Rounds
 from crew.store.state import RunState
 from crew.store.txn import Txn
 
@@ -37,7 +38,7 @@ class RunView:
         self.store = store
         self.epoch = epoch
         self.state: RunState = store.state()
-        self.pending = Pending(store.place)
+        self.pending = Pending(store.place, Rounds() if store.lean_mail else None)
         self._on_events = on_events
         for box in INBOUND_BOXES:
             store.follow_mail(box, self.pending.adopt)

@@ -1,6 +1,7 @@
 """What a lean fold (the leader's, crew/store/fold.py) knows of the messages it does not hold in
 memory — where each was first seen, its task, where its lines start — and the names the file's
-messages carry (idempotency keys, the questions workers asked), kept on disk so that the leader's
+messages carry (idempotency keys, the questions workers asked); and the round in which each
+message to a worker settled (the leader's delivery guard). Kept on disk so that the leader's
 memory does not grow with every message ever sent.
 
 The place is SQLite's private temporary database: a file in SQLite's temporary folder that it
@@ -9,8 +10,8 @@ that it pages through a small cache. It is an index of the mailbox file, which s
 each leader builds it again as it reads the file. Nothing in it is durable or shared: no
 journal, no sync, one connection.
 
-Rows are written in batches: what a read of the file gives is held until `flush` (the fold
-flushes after each read), and every lookup sees it.
+Rows are written in batches, and every lookup sees those not written yet: what a read of the
+file gives is held until `flush` (the fold flushes after each read), rounds until 512 are.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from enum import IntEnum
 #: Pages of the database SQLite keeps in memory (a negative cache_size is KiB).
 _CACHE_KIB = 1024
 
-_SCHEMA = f"""
+#: What nothing else reads needs neither a journal nor a sync.
+_PRAGMAS = f"""
 PRAGMA journal_mode = OFF;
 PRAGMA synchronous = OFF;
 PRAGMA cache_size = -{_CACHE_KIB};
+"""
+_SCHEMA = """
 CREATE TABLE message (
     id TEXT PRIMARY KEY, place INTEGER NOT NULL, task TEXT NOT NULL, starts BLOB NOT NULL
 ) WITHOUT ROWID;
@@ -65,8 +69,7 @@ class Spill:
     """The messages a lean fold let go of, and the names of the file's messages."""
 
     def __init__(self) -> None:
-        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
-        self._db.executescript(_SCHEMA)
+        self._db = _connect(_SCHEMA)
         #: Written at the next flush: messages by id, names in the order they came.
         self._rows: dict[str, Spilled] = {}
         self._names: dict[tuple[Name, str], str] = {}
@@ -153,6 +156,46 @@ class Spill:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM message")
             self._db.execute("DELETE FROM name")
+
+
+class Rounds:
+    """A number for each message, by id, on disk: the round in which each message to a worker
+    settled, the leader's guard against delivering one twice (crew/leader/schedule.py)."""
+
+    #: How many numbers are held before they are written.
+    BATCH = 512
+
+    def __init__(self) -> None:
+        self._db = _connect(
+            "CREATE TABLE round (id TEXT PRIMARY KEY, round INTEGER NOT NULL) WITHOUT ROWID;"
+        )
+        self._held: dict[str, int] = {}
+
+    def get(self, message_id: str, default: int) -> int:
+        found = self._held.get(message_id)
+        if found is not None:
+            return found
+        row = self._db.execute("SELECT round FROM round WHERE id = ?", (message_id,)).fetchone()
+        return default if row is None else int(row[0])
+
+    def __setitem__(self, message_id: str, value: int) -> None:
+        self._held[message_id] = value
+        if len(self._held) >= self.BATCH:
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany(
+                    "INSERT INTO round VALUES (?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET round = excluded.round",
+                    self._held.items(),
+                )
+            self._held = {}
+
+
+def _connect(schema: str) -> sqlite3.Connection:
+    """A private temporary database with `schema` (see the module's docstring)."""
+    db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+    db.executescript(_PRAGMAS + schema)
+    return db
 
 
 def _packed(starts: list[int]) -> bytes:
