@@ -94,11 +94,18 @@ def idle_close_at(
 
 
 class Rounds(Protocol):
-    """A number for each message, by id (a dict, or crew/store/spill.py's on disk)."""
+    """A number for each message, by id, that only ever grows (in memory, or on disk:
+    crew/store/spill.py)."""
 
     def get(self, message_id: str, default: int, /) -> int: ...
 
-    def __setitem__(self, message_id: str, value: int, /) -> None: ...
+    def raise_to(self, message_id: str, value: int, /) -> None: ...
+
+
+class _Rounds(dict[str, int]):
+    def raise_to(self, message_id: str, value: int) -> None:
+        if value > self.get(message_id, value - 1):
+            self[message_id] = value
 
 
 class Pending:
@@ -115,7 +122,7 @@ class Pending:
         self._by_task: dict[str, dict[str, MailboxMessage]] = {}
         #: Messages seen past `pending`, and in which round (`mailbox.carried`): a file re-read
         #: from its start never revives them; only a newer round's `pending` line does.
-        self._settled: Rounds = {} if settled is None else settled
+        self._settled: Rounds = _Rounds() if settled is None else settled
         #: The order messages were first seen in: the order they were written.
         self._order: dict[str, int] = {}
         self._place = place
@@ -130,7 +137,7 @@ class Pending:
         round_ = message.carried
         if message.status is not MessageStatus.PENDING:
             waiting.pop(message.id, None)
-            self._settled[message.id] = max(round_, self._settled.get(message.id, -1))
+            self._settled.raise_to(message.id, round_)
         elif round_ > self._settled.get(message.id, -1):
             waiting[message.id] = message
 

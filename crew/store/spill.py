@@ -172,21 +172,22 @@ class Rounds:
         self._held: dict[str, int] = {}
 
     def get(self, message_id: str, default: int) -> int:
-        found = self._held.get(message_id)
-        if found is not None:
-            return found
         row = self._db.execute("SELECT round FROM round WHERE id = ?", (message_id,)).fetchone()
-        return default if row is None else int(row[0])
+        return max(self._held.get(message_id, default), default if row is None else int(row[0]))
 
-    def __setitem__(self, message_id: str, value: int) -> None:
-        self._held[message_id] = value
-        if len(self._held) >= self.BATCH:
+    def raise_to(self, message_id: str, value: int) -> None:
+        """The message's number is at least `value` (a lower one is never written over a
+        higher one: no lookup needed)."""
+        held = self._held
+        if value > held.get(message_id, value - 1):
+            held[message_id] = value
+        if len(held) >= self.BATCH:
             with self._db:
                 self._db.execute("BEGIN")
                 self._db.executemany(
                     "INSERT INTO round VALUES (?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET round = excluded.round",
-                    self._held.items(),
+                    "ON CONFLICT (id) DO UPDATE SET round = max(round, excluded.round)",
+                    held.items(),
                 )
             self._held = {}
 
