@@ -11,7 +11,8 @@ each leader builds it again as it reads the file. Nothing in it is durable or sh
 journal, no sync, one connection.
 
 Rows are written in batches, and every lookup sees those not written yet: what a read of the
-file gives is held until `flush` (the fold flushes after each read), rounds until 512 are.
+file gives is held until `flush` (the fold flushes after each read), rounds until 512 are. A
+batch SQLite cannot write (its disk full) is held, and written with the next one.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ import sqlite3
 from array import array
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 #: Pages of the database SQLite keeps in memory (a negative cache_size is KiB).
 _CACHE_KIB = 1024
 
-#: What nothing else reads needs neither a journal nor a sync.
+#: What nothing else reads needs no sync, and its journal in memory (a batch that fails, on a
+#: full disk, is rolled back whole).
 _PRAGMAS = f"""
-PRAGMA journal_mode = OFF;
+PRAGMA journal_mode = MEMORY;
 PRAGMA synchronous = OFF;
 PRAGMA cache_size = -{_CACHE_KIB};
 """
@@ -46,6 +49,11 @@ _PUT = (
 )
 #: A name names the first message that carried it.
 _NAME = "INSERT OR IGNORE INTO name VALUES (?, ?, ?)"
+#: A round only grows.
+_RAISE = (
+    "INSERT INTO round VALUES (?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET round = max(round, excluded.round)"
+)
 
 
 class Name(IntEnum):
@@ -143,11 +151,8 @@ class Spill:
             return
         rows = [(i, s.place, s.task_id, _packed(s.starts)) for i, s in self._rows.items()]
         names = [(kind, name, i) for (kind, name), i in self._names.items()]
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany(_PUT, rows)
-            self._db.executemany(_NAME, names)
-        self._rows, self._names, self._guessed = {}, {}, set()
+        if _batch(self._db, (_PUT, rows), (_NAME, names)):
+            self._rows, self._names, self._guessed = {}, {}, set()
 
     def clear(self) -> None:
         """Forget everything (the file is read again from its start)."""
@@ -181,15 +186,21 @@ class Rounds:
         held = self._held
         if value > held.get(message_id, value - 1):
             held[message_id] = value
-        if len(held) >= self.BATCH:
-            with self._db:
-                self._db.execute("BEGIN")
-                self._db.executemany(
-                    "INSERT INTO round VALUES (?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET round = max(round, excluded.round)",
-                    held.items(),
-                )
+        if len(held) >= self.BATCH and _batch(self._db, (_RAISE, list(held.items()))):
             self._held = {}
+
+
+def _batch(db: sqlite3.Connection, *statements: tuple[str, list[tuple[Any, ...]]]) -> bool:
+    """Run each statement over its rows, in one transaction. False if SQLite could not (its
+    disk full, say): then nothing was written, and the caller holds the rows for a later try."""
+    try:
+        with db:
+            db.execute("BEGIN")
+            for statement, rows in statements:
+                db.executemany(statement, rows)
+    except sqlite3.Error:
+        return False
+    return True
 
 
 def _connect(schema: str) -> sqlite3.Connection:
