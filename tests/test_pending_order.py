@@ -184,3 +184,41 @@ def test_a_lean_fold_gives_what_a_full_one_does(
     assert kept.pending == every.pending
     assert [kept.place(i) for i in full] == [every.place(i) for i in full]
     assert kept.ids() == every.ids() == list(full) and kept.size() == len(full)
+
+
+def test_a_tasks_last_report_is_found_without_reading_back_those_before_it(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a parent is told of a child that gave no final answer: the child's last report. A
+    # lean store reads back each message it does not hold; it reads the last ones alone.
+    from crew.store.fold import MailboxFold
+
+    store = make_run()
+
+    def outbound(number: int, kind: MessageKind) -> MailboxMessage:
+        return _message(number, "plan", MessageStatus.DELIVERED).model_copy(
+            update={"direction": Direction.OUTBOX, "kind": kind, "from_": "plan", "to": "leader"}
+        )
+
+    sent = [outbound(n, MessageKind.REPORT) for n in range(40)]
+    sent.append(outbound(40, MessageKind.CONTACT))
+    jsonl.append(store.paths.box(Box.OUTBOX), [m.to_line() for m in sent])
+    lean = RunStore(store.paths, lean_mail=True)
+    lean.mail(Box.OUTBOX)
+    reads: list[str] = []
+    read_back = MailboxFold._read_back
+    monkeypatch.setattr(
+        MailboxFold,
+        "_read_back",
+        lambda self, message_id, starts: (
+            reads.append(message_id) or read_back(self, message_id, starts)
+        ),
+    )
+    with change(lean) as txn:
+        assert txn.last_of_task(Box.OUTBOX, "plan", MessageKind.REPORT) == sent[39]
+        assert reads == [sent[40].id, sent[39].id]
+        assert txn.last_of_task(Box.OUTBOX, "build", MessageKind.REPORT) is None
+        later = outbound(41, MessageKind.REPORT)
+        txn._staged.setdefault(Box.OUTBOX, {})[later.id] = later  # this transaction's own
+        assert txn.last_of_task(Box.OUTBOX, "plan", MessageKind.REPORT) == later
+        txn._staged.clear()

@@ -225,8 +225,8 @@ def _result(txn: Txn, child: Task) -> dict[str, Any]:
     found: dict[str, Any] = {"id": child.id, "agent": child.agent, "status": child.status.value}
     result = child.result
     if result is None:
-        reports = [m for m in txn.of_task(Box.OUTBOX, child.id) if m.kind is MessageKind.REPORT]
-        result = reports[-1].body if reports else None
+        report = txn.last_of_task(Box.OUTBOX, child.id, MessageKind.REPORT)
+        result = report.body if report is not None else None
     if result is not None:
         found["result"] = result
     if child.error is not None:

@@ -172,11 +172,26 @@ class Txn:
     def of_task(self, box: Box, task_id: str) -> list[MailboxMessage]:
         """A task's messages in a mailbox file as they will be after this transaction, in
         first-seen order (as `messages` lists them), in time that grows with them alone."""
+        found = (self.message(box, i) for i in self._ids_of_task(box, task_id))
+        return [m for m in found if m is not None]
+
+    def last_of_task(self, box: Box, task_id: str, kind: MessageKind) -> MailboxMessage | None:
+        """A task's last message of `kind` in a mailbox file (as `of_task` orders them), as it
+        will be after this transaction; what comes before it is not read (a lean store reads
+        back each message it does not hold)."""
+        for message_id in reversed(self._ids_of_task(box, task_id)):
+            message = self.message(box, message_id)
+            if message is not None and message.kind is kind:
+                return message
+        return None
+
+    def _ids_of_task(self, box: Box, task_id: str) -> list[str]:
+        """The ids of a task's messages in a mailbox file, those this transaction wrote first
+        last."""
         ids = self._read(box).of_task(task_id)
         known = set(ids)
         new = [i for i, m in self._staged.get(box, {}).items() if m.task_id == task_id]
-        found = (self.message(box, i) for i in [*ids, *(i for i in new if i not in known)])
-        return [m for m in found if m is not None]
+        return [*ids, *(i for i in new if i not in known)]
 
     def keyed(self, box: Box, key: str) -> MailboxMessage | None:
         """The message of a mailbox file first sent under idempotency key `key`, as it will be
