@@ -288,9 +288,9 @@ def answer_held_for(txn: Txn, question: SupervisorContact) -> MailboxMessage | N
     prompt and options), made the answer to it; None if there is none. Not recorded: the
     task's change (crew.domain.tasks.answer) records it."""
     asked = _question_key(question.type.value, question.prompt, question.options)
-    for message in to_task(txn, question.task_id):
+    for message in pending(txn, question.task_id, [MessageKind.RESPOND]):  # held: pending
         held = (message.data or {}).get(MessageData.AWAITS_QUESTION)
-        if message.status is MessageStatus.PENDING and held == asked:
+        if held == asked:
             data = dict(message.data or {})
             del data[MessageData.AWAITS_QUESTION]
             data[MessageData.CONTACT_ID] = question.id
