@@ -17,11 +17,13 @@ batch SQLite cannot write (its disk full) is held, and written with the next one
 
 from __future__ import annotations
 
-import sqlite3
 from array import array
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: Pages of the database SQLite keeps in memory (a negative cache_size is KiB).
 _CACHE_KIB = 1024
@@ -198,13 +200,15 @@ def _batch(db: sqlite3.Connection, *statements: tuple[str, list[tuple[Any, ...]]
             db.execute("BEGIN")
             for statement, rows in statements:
                 db.executemany(statement, rows)
-    except sqlite3.Error:
+    except db.Error:  # the module's, as the connection names it
         return False
     return True
 
 
 def _connect(schema: str) -> sqlite3.Connection:
     """A private temporary database with `schema` (see the module's docstring)."""
+    import sqlite3  # a leader's alone: not every command's start-up (~3 ms)
+
     db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
     db.executescript(_PRAGMAS + schema)
     return db
