@@ -109,7 +109,7 @@ def become_leader(
     executor = open_executor(
         store.state().run.config, store.paths.home
     )  # before the lease: a cluster may be down
-    # A store of its own, keeping only the messages that may still change: the leader's memory
+    # A store of its own, keeping only the messages waiting to be delivered: the leader's memory
     # would otherwise grow with every message of a run that lasts hours (crew/store/fold.py).
     lean = RunStore(store.paths, lean_mail=True)
     lean.adopt(store)  # the run as `store` just read it: not every task file again

@@ -2,8 +2,11 @@
 message's latest state, the pending ones, their order and counts, the idempotency keys, each
 task's messages, the questions asked (crew/store/runstore.py holds one per file).
 
-A `lean` fold (the leader's) holds in memory only the messages that may still change: those
-pending or delivered to a worker. What it knows of the others — where each was first seen, its
+A `lean` fold (the leader's) holds in memory only the messages waiting to be delivered: those
+pending. (A message delivered may still change — an acknowledgement, a decision, a new attempt
+given it again — but an agent's worker never acknowledges one, so holding those held every
+message ever sent to an agent; such a change is rare, a transaction, and reads the message
+back.) What it knows of the others — where each was first seen, its
 task, where its lines start — and the names messages carry (keys, questions) are on disk
 (crew/store/spill.py); a message it let go of is read back from its lines in the file when it is
 asked for, by id, which the leader does rarely (an acknowledgement of an old message, a restart,
@@ -29,8 +32,8 @@ from crew.store.spill import Name, Spill, Spilled
 #: How many bytes of new lines a lean fold reads at a time (and the line that crosses it): what
 #: a read holds at once, ~15 times as much once validated.
 _CHUNK = 256 * 1024
-#: The statuses of a message a worker may still change (acknowledge, be given again).
-_LIVE = frozenset({MessageStatus.PENDING, MessageStatus.DELIVERED})
+#: The statuses of a message a lean fold holds: waiting to be delivered.
+_LIVE = frozenset({MessageStatus.PENDING})
 
 
 class MailboxFold:
@@ -88,7 +91,7 @@ class MailboxFold:
         self._lines.wrote(start, records, sizes)
 
     def kept(self) -> Iterator[MailboxMessage]:
-        """The messages a lean fold holds in memory (those that may still change)."""
+        """The messages a lean fold holds in memory (those pending)."""
         return iter(list(self._messages.values()))
 
     # ------------------------------------------------------------------ looking messages up
@@ -170,7 +173,7 @@ class MailboxFold:
         return message
 
     def _take_lean(self, line: MailboxMessage | MailboxChange, start: int) -> MailboxMessage | None:
-        """`_take` for a lean fold: the message held if it may still change, spilled if not."""
+        """`_take` for a lean fold: the message held if it is pending, spilled if not."""
         spill = self._spill
         assert spill is not None
         message_id = line.id

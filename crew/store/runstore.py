@@ -64,7 +64,7 @@ class RunStore:
     """One run on disk."""
 
     def __init__(self, paths: RunPaths, *, lean_mail: bool = False) -> None:
-        """`lean_mail`: keep only messages that may still change in memory (crew/store/fold.py)."""
+        """`lean_mail`: keep only pending messages in memory (crew/store/fold.py)."""
         _check_folders(paths)
         self.paths = paths
         self.lean_mail = lean_mail
