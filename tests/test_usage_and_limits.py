@@ -244,6 +244,8 @@ def test_an_idle_claude_over_its_cost_limit_asks_before_it_takes_more_work(
 
     eventually(lambda: "done: second job" in log(store), timeout=30)
     assert "[crew] You were paused" not in log(store)  # it was idle: the follow-up is the work
+    # the turn's result, which carries its usage, is read after the line it printed
+    eventually(lambda: (u := store.state().tasks["t"].usage) is not None and u.turns == 2)
     verbs.cancel(store, "t", session=SESSION)
     leader.finish()
     task = store.state().tasks["t"]
