@@ -6,11 +6,11 @@ A `lean` fold (the leader's) holds in memory only the messages waiting to be del
 pending. (A message delivered may still change — an acknowledgement, a decision, a new attempt
 given it again — but an agent's worker never acknowledges one, so holding those held every
 message ever sent to an agent; such a change is rare, a transaction, and reads the message
-back.) What it knows of the others — where each was first seen, its
-task, where its lines start — and the names messages carry (keys, questions) are on disk
-(crew/store/spill.py); a message it let go of is read back from its lines in the file when it is
-asked for, by id, which the leader does rarely (an acknowledgement of an old message, a restart,
-a replayed key). So what the leader holds does not grow with the messages ever sent.
+back.) What it knows of the others — where each was first seen, its task, where its lines
+start — and the names messages carry (keys, questions) are on disk (crew/store/spill.py); a
+message it let go of is read back from its lines in the file when it is asked for, by id, which
+the leader does rarely (an acknowledgement, a restart, a replayed key). So what the leader
+holds does not grow with the messages ever sent.
 
 A message's place is where its first line starts in the file: messages in first-seen order are
 in the order of their places.
@@ -205,7 +205,7 @@ class MailboxFold:
             place = spilled.place if spilled is not None else start
         if live:
             if spilled is not None:
-                spill.take(message_id)
+                spill.drop(message_id)
             self._messages[message_id] = message
             self._places[message_id] = place
             self._starts[message_id] = starts

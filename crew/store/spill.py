@@ -108,14 +108,11 @@ class Spill:
             return found if row is None else Spilled(row[0], found.task_id, found.starts)
         return None if row is None else Spilled(row[0], row[1], _unpacked(row[2]))
 
-    def take(self, message_id: str) -> Spilled | None:
-        """Remove a message (the fold holds it again), and what was known of it."""
-        found = self.get(message_id)
-        if found is not None:
-            self._rows.pop(message_id, None)
-            self._guessed.discard(message_id)
-            self._db.execute("DELETE FROM message WHERE id = ?", (message_id,))
-        return found
+    def drop(self, message_id: str) -> None:
+        """Forget a message that is here (the fold holds it again)."""
+        self._rows.pop(message_id, None)
+        self._guessed.discard(message_id)
+        self._db.execute("DELETE FROM message WHERE id = ?", (message_id,))
 
     def name(self, kind: Name, name: str, message_id: str) -> None:
         """`message_id` carries `name` (only the first message to carry it is kept)."""
@@ -138,9 +135,6 @@ class Spill:
         """Every message here, as (place, id), in first-seen order."""
         self.flush()
         return self._db.execute("SELECT place, id FROM message ORDER BY place").fetchall()
-
-    def __contains__(self, message_id: str) -> bool:
-        return self.get(message_id) is not None
 
     def __len__(self) -> int:
         self.flush()
