@@ -12,6 +12,11 @@ by N. At LAUNCHER_SIZE workers it alternates with a minimal launcher that starts
 workers with pipes, reads their output and waits for all of them, and with the same crew run
 where crew may not make cgroups (`CREW_FAULT=no-cgroups`, as in a container): it then finds what
 an ended worker left running by reading /proc.
+
+(c) What creating a file costs in the benchmark's folder: crew creates four a task (its snapshot,
+its log and the log's index, the snapshot's spare), the launcher none. On one file system the
+cost differs by folder (ext4 looks for a free inode near the folder's own): run the benchmark
+with TMPDIR elsewhere to compare (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Row, spread
+from bench.common import Row, ms, spread
 from bench.crews import (
     POLLER,
     PYTHON,
@@ -60,6 +65,10 @@ for worker in workers:
     worker.stdout.read()
 sys.exit(max(worker.wait() for worker in workers))
 """
+
+
+#: Files created in a round of the file-creation measure.
+CREATED = 200
 
 
 def _percent(value: float) -> str:
@@ -126,6 +135,31 @@ def _idle_cpu(folder: Path, *, windows: int, seconds: float) -> list[Row]:
             {"percent": shares["poller"]},
         ),
     ]
+
+
+def _file_creation(folder: Path, *, rounds: int) -> Row:
+    """Seconds to create an empty file in a new folder beside the runs, each round's median."""
+    seconds = []
+    for index in range(rounds):
+        made = folder / f"created-{index}"
+        made.mkdir()
+        took = []
+        for number in range(CREATED):
+            start = time.perf_counter()
+            os.close(os.open(made / f"{number}.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            took.append(time.perf_counter() - start)
+        seconds.append(statistics.median(took))
+        for number in range(CREATED):
+            (made / f"{number}.log").unlink()
+        made.rmdir()
+    return Row(
+        "many short tasks",
+        "a file created in the benchmark's folder (crew creates 4 a task, the launcher none)",
+        spread(seconds, ms),
+        "",
+        "",
+        {"seconds": seconds, "files": CREATED},
+    )
 
 
 def _timed(command: list[str], home_dir: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -248,4 +282,5 @@ def run(quick: bool = False) -> list[Row]:
         (folder / "short").mkdir()
         rows = _idle_cpu(folder / "idle", windows=windows, seconds=seconds)
         rows += _many_short(folder / "short", sizes=sizes, rounds=rounds)
+        rows.append(_file_creation(folder / "short", rounds=3 if quick else 5))
     return rows
