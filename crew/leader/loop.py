@@ -21,6 +21,7 @@ from functools import partial
 
 from crew import clock, faults
 from crew.adapters import adapter_for
+from crew.adapters import factory as adapter_factory
 from crew.adapters.base import Adapter, Reaction, Signal
 from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import release
@@ -241,6 +242,8 @@ class Leader:
         started: list[tuple[WorkerProcess, Adapter]] = []
         held: tuple[str, Exception] | None = None
         cut_at = time.monotonic() + schedule.START_SLICE
+        for protocol in {run.config.agents[task.agent].protocol for task in ready}:
+            adapter_factory(protocol)  # an adapter's first import, before the lock is taken
         try:
             # Started under the run lock: a worker's own first `crew` command waits for the
             # lock, so it finds its task running, with its secret's hash recorded.
