@@ -3,6 +3,7 @@ protocols its agents speak."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -33,19 +34,19 @@ def test_every_protocol_has_an_adapter(protocol: AgentProtocol) -> None:
 def test_a_leader_of_scripts_never_imports_an_agent_clis_adapter() -> None:
     probe = textwrap.dedent(
         """
-        import sys
+        import json, sys
         import crew.leader
         from crew.adapters import adapter_for
         from crew.config import AgentConfig
 
         adapter_for(AgentConfig(command=["script"]))
         adapter_for(AgentConfig(command=["script"], protocol="text"))
-        print(sorted(m for m in sys.modules if m.startswith("crew.adapters")))
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("crew.adapters"))))
         """
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == [
-        "['crew.adapters',",
-        "'crew.adapters.base',",
-        "'crew.adapters.native']",
+    assert json.loads(done.stdout) == [
+        "crew.adapters",
+        "crew.adapters.base",
+        "crew.adapters.native",
     ]
