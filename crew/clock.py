@@ -62,6 +62,19 @@ def parse_duration(value: str | float | int) -> float:
     return seconds
 
 
+def option_duration(text: str | None, option: str) -> float | None:
+    """A duration option (`30s`, `5m`, …) in seconds, None if not given; a usage error names
+    the option."""
+    if text is None:
+        return None
+    from crew.errors import UsageError
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}.") from None
+
+
 def format_duration(seconds: float) -> str:
     """A short human form: `850ms`, `42s`, `3m12s`, `2h05m`."""
     if seconds < 1:

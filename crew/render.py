@@ -88,6 +88,19 @@ def error(failure: CrewError) -> int:
     return int(failure.exit_code)
 
 
+def internal_error(failure: Exception) -> int:
+    """An exception crew did not expect: its type and message on stderr, and how to see more;
+    returns the exit code of a failure."""
+    from crew import env
+    from crew.errors import ExitCode
+
+    sys.stderr.write(
+        f"crew: internal error: {type(failure).__name__}: {terminal_safe(str(failure))}\n"
+        f"Set {env.DEBUG.name}=1 to see the traceback, and please report it.\n"
+    )
+    return int(ExitCode.FAILED)
+
+
 def _config_problems(failure: InvalidConfig) -> int:
     """Every problem of a crew definition, each with its fix, then how many there are."""
     for problem in failure.problems:

@@ -146,11 +146,11 @@ def prune(
 
     With both --keep and --older-than, a run is removed only if both allow it. A run whose leader
     is alive, or that has not ended, is always kept (and listed as kept)."""
-    from crew.cli.common import duration
+    from crew.clock import option_duration
     from crew.housekeeping import prune_runs
     from crew.render import emit
 
-    age = duration(older_than, "--older-than")
+    age = option_duration(older_than, "--older-than")
     result = prune_runs(home_from(home), keep=keep, older_than=age, dry_run=dry_run)
     return emit(result, json=json)
 

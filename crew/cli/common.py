@@ -186,19 +186,6 @@ def check_session_option(session: str | None) -> None:
         check_session(session, "--session")
 
 
-def duration(text: str | None, option: str) -> float | None:
-    """A duration option (`30s`, `5m`, …) in seconds; a usage error names the option."""
-    if text is None:
-        return None
-    from crew.clock import parse_duration
-    from crew.errors import UsageError
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UsageError(f"{option}: {exc}.") from None
-
-
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the typer app; map CrewError to its exit code, hide tracebacks unless CREW_DEBUG=1."""
     from crew.output import reset
@@ -236,13 +223,9 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
             return _report_usage(usage, _command_path(app, argv))
         if debug:
             raise
-        from crew.text import terminal_safe
+        from crew.render import internal_error
 
-        sys.stderr.write(
-            f"crew: internal error: {type(error).__name__}: {terminal_safe(str(error))}\n"
-            f"Set {env.DEBUG.name}=1 to see the traceback, and please report it.\n"
-        )
-        return int(ExitCode.FAILED)
+        return internal_error(error)
     return result if isinstance(result, int) else int(ExitCode.OK)
 
 

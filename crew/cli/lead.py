@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,18 +21,13 @@ from crew.cli.common import (
     actor_for,
     check_session_option,
     complete_task,
-    duration,
     json_or_jq,
     open_run,
 )
 from crew.output import Color
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from crew.leader import LeadOptions
-    from crew.session import Actor
-    from crew.store.runstore import RunStore
+    pass
 
 DetachOption = Annotated[
     bool,
@@ -83,17 +78,18 @@ def run(
     home: HomeOption = None,
 ) -> int:
     """Start a run of a crew and lead it (exit 0 when every task completed, 1 otherwise)."""
-    from crew.leader import LeadOptions, start_run
-    from crew.paths import home_for_run
+    from crew.fast.leading import start_and_lead
 
-    run_timeout = duration(timeout, "--timeout")
-    check_session_option(session)
-    crew_home = home_for_run(crew_toml, explicit=home)
-    who = actor_for(session, crew_home)
-    config_path = crew_toml if crew_toml is not None else crew_home.config_file
-    store = start_run(crew_home, config_path, session=who)
-    options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
-    return _lead(store, who, options, detach=detach, json=json, interactive=not (no_input or json))
+    return start_and_lead(
+        crew_toml,
+        home=home,
+        session=session,
+        max_parallel=max_parallel,
+        timeout=timeout,
+        detach=detach,
+        json=json,
+        no_input=no_input,
+    )
 
 
 def resume(
@@ -112,13 +108,11 @@ def resume(
 
     It prints what happens from the resume on; `crew events RUN` shows what happened before.
     """
-    from crew.leader import LeadOptions
+    from crew.fast.leading import resume_and_lead
 
-    check_session_option(session)
-    store = open_run(run, home)
-    who = actor_for(session, store.paths.home)
-    options = LeadOptions(resume=True, force=force)
-    return _lead(store, who, options, detach=detach, json=json, interactive=not (no_input or json))
+    return resume_and_lead(
+        run, home=home, session=session, force=force, detach=detach, json=json, no_input=no_input
+    )
 
 
 def rerun(
@@ -151,7 +145,9 @@ def rerun(
     on them, and any dependency of theirs that did not complete; every other task is carried as
     it ended, a completed one with its result and log, so its dependents start at once. Exit 0
     when every task completed, 1 otherwise."""
+    from crew.clock import option_duration
     from crew.errors import UsageError
+    from crew.fast.leading import lead_here
     from crew.ids import check_task_id
     from crew.leader import LeadOptions, start_rerun
 
@@ -160,7 +156,7 @@ def rerun(
         raise UsageError("Give either --failed or the tasks to run again, not both.")
     for name in names:
         check_task_id(name)
-    run_timeout = duration(timeout, "--timeout")
+    run_timeout = option_duration(timeout, "--timeout")
     check_session_option(session)
     old = open_run(run, home)
     who = actor_for(session, old.paths.home)
@@ -170,64 +166,9 @@ def rerun(
         detail += f" (carried as they ended: {', '.join(plan.carried)})"
     options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
     interactive = not (no_input or json)
-    return _lead(
+    return lead_here(
         store, who, options, detach=detach, json=json, interactive=interactive, detail=detail
     )
-
-
-def _lead(
-    store: RunStore,
-    session: Actor,
-    options: LeadOptions,
-    *,
-    detach: bool,
-    json: bool,
-    interactive: bool,
-    detail: str = "",
-) -> int:
-    from functools import partial
-
-    from crew import render, render_streams
-    from crew.leader import detach as in_background
-    from crew.leader import lead, outcome
-    from crew.paths import home_option
-    from crew.results.leading import Detached
-
-    reach = home_option(store.paths.home)
-    if detach:
-        pid = in_background(store, session=session, options=options)
-        return render.emit(Detached(store.run_id, pid, reach), json=json)
-    if reach:
-        detail += f" (other commands reach it with {reach})"
-    if interactive and sys.stdout.isatty() and sys.stdin.isatty():
-        from crew.dashboard import lead_with_view
-
-        code = lead_with_view(store, session, options)
-    else:
-        show = _while_read(partial(render_streams.show_events, json=json, progress=True))
-        # Announced once this process leads the run: a refused resume says nothing else.
-        ready = _while_read(
-            partial(render.starting, store.run_id, resumed=options.resume, json=json, detail=detail)
-        )
-        code = lead(store, session=session, options=options, on_events=show, on_ready=ready)
-    result = outcome(store, code)
-    result.home_option = reach
-    return render.emit(result, json=json)
-
-
-def _while_read(show: Callable[..., None]) -> Callable[..., None]:
-    """`show`, until the reader of stdout goes away (`crew run … | head`): then the leader goes
-    on leading, unseen — its output is a view of the run, not the run."""
-
-    def shown(*args: Any) -> None:
-        from crew import render
-
-        try:
-            show(*args)
-        except BrokenPipeError:
-            render.silence_stdout()
-
-    return shown
 
 
 def wait(
@@ -257,6 +198,7 @@ def wait(
     home: HomeOption = None,
 ) -> int:
     """Block until a task starts or waits for an answer, or the run ends (for CI scripts)."""
+    from crew.clock import option_duration
     from crew.errors import UsageError
     from crew.ids import check_task_id
     from crew.render import emit
@@ -269,7 +211,7 @@ def wait(
         raise UsageError(f"--for: expected one of {choices}, got {for_!r}.") from None
     if task is not None:
         check_task_id(task)
-    limit = duration(timeout, "--timeout")
+    limit = option_duration(timeout, "--timeout")
     store = open_run(run, home)
     return emit(wait_for_run(store, until, task_id=task, timeout=limit), json=json)
 

@@ -22,9 +22,9 @@ from crew.cli.common import (
     actor_for,
     check_session_option,
     complete_task,
-    duration,
     open_run,
 )
+from crew.clock import option_duration
 
 if TYPE_CHECKING:
     from crew.results.sending import Sent
@@ -254,7 +254,7 @@ def cancel(
 
     if task is not None:
         check_task_id(task)
-    seconds = duration(grace, "--grace") or 0.0
+    seconds = option_duration(grace, "--grace") or 0.0
     check_session_option(session)
     store = open_run(run, home)
     who = actor_for(session, store.paths.home)
@@ -363,7 +363,7 @@ class Sending:
         from crew.render import emit
 
         check_task_id(self.task)
-        limit = duration(self.timeout, "--timeout")
+        limit = option_duration(self.timeout, "--timeout")
         check_session_option(self.session)
         if self.idempotency_key is not None:
             check_idempotency_key(self.idempotency_key)

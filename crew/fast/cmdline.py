@@ -45,6 +45,10 @@ _SEND_SLOW = frozenset(
 _SEND_FLAGS = frozenset({"--json", "--quiet", "-q"})
 _SEND_VALUES = frozenset({"--home", "--session"})
 
+_LEAD_FLAGS = frozenset({"--detach", "--no-input", "--json", "--quiet", "-q"})
+_LEAD_VALUES = frozenset({"--home", "--session"})
+_LEAD_SLOW = frozenset({"--jq", "--color"})
+
 SPECS: dict[str, Spec] = {
     "status": Spec(
         (),
@@ -107,6 +111,14 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home"}),
         slow=frozenset({"--jq"}),
     ),
+    "run": Spec(
+        (),
+        optional=("crew_toml",),
+        flags=_LEAD_FLAGS,
+        values=_LEAD_VALUES | {"--max-parallel", "--timeout"},
+        slow=_LEAD_SLOW,
+    ),
+    "resume": Spec(("run",), flags=_LEAD_FLAGS | {"--force"}, values=_LEAD_VALUES, slow=_LEAD_SLOW),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),
