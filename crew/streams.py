@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Iterable, Iterator
-from operator import attrgetter
 
 from crew.models import Event
 from crew.registry import EventType
 from crew.store import eventlog, jsonl
 from crew.store.files import open_read
-from crew.store.logindex import TaskLog, TimedLine
+from crew.store.logindex import TaskLog, TimedLine, merged
 from crew.store.runstore import RunStore
 from crew.store.watch import watch_folders
 
@@ -107,16 +104,13 @@ def follow_lines(
             # The leader writes records in time order: every line received by the newest time
             # read now is in the logs once they are read again, after it (docs/design.md).
             until = None if ended else max((log.newest() for log in logs.values()), default=0)
-            batches: list[Iterable[TimedLine]] = []
-            for log in logs.values():
-                lines: Iterable[TimedLine] = log.lines(final=ended, until_us=until)
-                if since_us is not None:
-                    lines = (line for line in lines if line.time_us >= since_us)
-                if first and tail is not None:
-                    lines = deque(lines, maxlen=tail)
-                batches.append(lines)
-            # Each task's lines are in time order: merging keeps ties in task order.
-            yield heapq.merge(*batches, key=attrgetter("time_us"))
+            yield merged(
+                logs.values(),
+                final=ended,
+                until_us=until,
+                since=since_us,
+                tail=tail if first else None,
+            )
             first = False
             if watcher is None or ended:
                 return

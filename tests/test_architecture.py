@@ -57,6 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.textviews",
         "crew.output",
         "crew.render_streams",
+        "crew.loglines",
         "crew.dashboard",
         "crew.mcp_server",
         "crew.cli",

@@ -31,6 +31,7 @@ from crew.paths import Home
 from crew.registry import LIVE_TASK_STATUSES, Box, ContactType, MessageKind, TaskStatus
 from crew.store import files as store_files
 from crew.store import jsonl, lock
+from crew.store.logindex import index_path
 from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
@@ -516,6 +517,64 @@ def test_logs_print_what_the_full_command_prints(
     assert quick == full == store.paths.log("plan").read_bytes()  # piped: the bytes as stored
 
 
+#: A worker's output in three writes, each at its receive time (2026-12-01T12:00:00Z on).
+_WRITES = [
+    (b"one\ntwo\n", 1_764_590_400_000_000),
+    (b"three \x1b[31mred\x1b[0m \x1b]0;title\x07\n", 1_764_590_401_500_000),
+    (b"four \xff\nfive", 1_764_590_403_000_000),
+]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--tail", "2"),
+        ("--tail", "0"),
+        ("--since", "2026-12-01T12:00:01Z"),
+        ("--since", "2026-12-01T13:00:01+01:00", "--tail", "1"),
+        ("--timestamps",),
+        ("--json",),
+        ("--json", "--tail", "1"),
+        ("--timestamps", "--raw"),
+        ("--timestamps", "--color", "always"),
+        ("--tail", "5", "--color", "never"),
+        ("--color", "always"),
+    ],
+)
+def test_logs_as_lines_print_what_the_full_command_prints(
+    make_run: MakeRun,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    tmp_path: Path,
+    options: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    store.paths.logs_dir.mkdir(exist_ok=True)
+    end = 0
+    with (
+        store.paths.log("plan").open("wb") as log,
+        index_path(store.paths.log("plan")).open("wb") as index,
+    ):
+        for data, time_us in _WRITES:
+            log.write(data)
+            end += len(data)
+            index.write(b"%d %d\n" % (end, time_us))
+    twins = Twins(store, tmp_path)
+    args = ("logs", twins.run_id, "plan", *options)
+
+    code = fast.fast([*args, "--home", str(twins.fast)])
+    quick = capsysbinary.readouterr().out
+    from crew.cli.common import run_app
+
+    full_code = run_app(build_app("logs"), [*args, "--home", str(twins.full)])
+    full = capsysbinary.readouterr().out
+
+    assert code == full_code == 0
+    assert quick == full
+    if options[0] == "--tail" and options[1] == "2":
+        assert quick == b"four \xff\nfive\n"
+
+
 class _Terminal(io.StringIO):
     """A stdout that says it is a terminal."""
 
@@ -554,7 +613,12 @@ def test_logs_of_a_task_that_printed_nothing_yet(
     _refused(store, "logs", "latest", "plan", "-f")
     _refused(store, "logs", "latest")  # every task, interleaved: the full command's
     _refused(store, "logs", "latest", "plan", "build")
-    for options in (["--timestamps"], ["--json"], ["--tail", "1"], ["--since", "1h"]):
+    for options in (
+        ["--tail", "x"],
+        ["--since", "yesterday"],
+        ["--color", "rainbow"],
+        ["--jq", "."],
+    ):
         _refused(store, "logs", "latest", "plan", *options)
     store.paths.logs_dir.mkdir(exist_ok=True)
     store.paths.log("plan").mkdir()  # not a file: the full command says so
@@ -1037,7 +1101,8 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         f" fast(['status', 'latest', '--json', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['status', 'latest', '--color', 'always', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['runs', '--color', 'always', '--home', {str(store.paths.home.root)!r}]),"
-        f" fast(['mailbox', 'latest', '--home', {str(store.paths.home.root)!r}])]; "
+        f" fast(['mailbox', 'latest', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['logs', 'latest', 'plan', '--tail', '1', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
         "sys.stderr.write(repr((codes, heavy)))"
@@ -1045,7 +1110,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    assert done.stderr == "([0, 0, 0, 0, 0], [])"
+    assert done.stderr == "([0, 0, 0, 0, 0, 0], [])"
 
 
 def test_doctor_imports_no_typer(make_run: MakeRun) -> None:

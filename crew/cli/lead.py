@@ -295,15 +295,15 @@ def logs(
     Every task's, line by line in the order received, each line after its task id (`coder |
     …`); or the named tasks' (one TASK: its output as stored, without prefixes)."""
     from crew.ids import check_task_id
-    from crew.render_streams import LineStyle, show_lines, show_output
+    from crew.loglines import LineStyle, show_lines, show_output, since_us, tail_count
     from crew.streams import follow_lines, follow_log, log_tasks
 
     named = list(dict.fromkeys(check_task_id(task) for task in tasks or []))
-    lines = _line_count(tail)
-    since_us = _since(since)
+    lines = tail_count(tail)
+    since_at = since_us(since)
     store = open_run(run, home)
     shown = log_tasks(store, named)
-    if len(named) == 1 and lines is None and since_us is None and not (timestamps or json):
+    if len(named) == 1 and lines is None and since_at is None and not (timestamps or json):
         show_output(follow_log(store, named[0], follow=follow), raw=raw, flush=follow)
         return
     from crew.output import SETTINGS, colored
@@ -317,41 +317,6 @@ def logs(
         colour=not json and colored(),
     )
     batches = follow_lines(
-        store, shown, every_task=not named, follow=follow, tail=lines, since_us=since_us
+        store, shown, every_task=not named, follow=follow, tail=lines, since_us=since_at
     )
     show_lines(batches, style, flush=follow)
-
-
-def _line_count(text: str | None) -> int | None:
-    """--tail N: a number of lines, 0 or more."""
-    if text is None:
-        return None
-    from crew.errors import UsageError
-
-    if not text.isascii() or not text.isdigit():
-        raise UsageError(f"--tail: expected a number of lines (0 or more), got {text!r}.")
-    return int(text) if len(text) < 19 else sys.maxsize  # more lines than any log holds
-
-
-def _since(text: str | None) -> int | None:
-    """--since: a duration ago, or an ISO 8601 time; microseconds since the epoch."""
-    if text is None:
-        return None
-    from datetime import UTC, datetime
-
-    from crew.clock import parse_duration
-    from crew.errors import UsageError
-
-    now = datetime.now(UTC)
-    try:
-        moment = now.timestamp() - parse_duration(text)
-    except ValueError:
-        try:
-            when = datetime.fromisoformat(text)
-        except ValueError:
-            raise UsageError(
-                "--since: expected a duration like '10m' or an ISO 8601 time like "
-                f"'2026-11-30T12:00:00Z', got {text!r}."
-            ) from None
-        moment = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-    return int(moment * 1_000_000)

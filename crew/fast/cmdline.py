@@ -91,11 +91,9 @@ SPECS: dict[str, Spec] = {
     ),
     "logs": Spec(
         ("run", "task"),
-        flags=frozenset({"--raw"}),
-        values=frozenset({"--home"}),
-        slow=frozenset(
-            {"--follow", "-f", "--tail", "--since", "--timestamps", "--json", "--jq", "--color"}
-        ),
+        flags=frozenset({"--raw", "--timestamps", "--json"}),
+        values=frozenset({"--home", "--tail", "--since", "--color"}),
+        slow=frozenset({"--follow", "-f", "--jq"}),
     ),
     "events": Spec(
         ("run",),

@@ -16,9 +16,12 @@ of it is newer than; a leader starting an attempt writes such a record first (`a
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from time import time_ns
 
@@ -192,3 +195,25 @@ class TaskLog:
             return os.stat(self._log, follow_symlinks=False).st_mtime_ns // 1000
         except FileNotFoundError:
             return now_us()
+
+
+def merged(
+    logs: Iterable[TaskLog],
+    *,
+    final: bool,
+    until_us: int | None = None,
+    since: int | None = None,
+    tail: int | None = None,
+) -> Iterator[TimedLine]:
+    """The lines of `logs` read now, merged in the order received (ties in the logs' order):
+    those received from `since` on, the last `tail` of each log."""
+    batches: list[Iterable[TimedLine]] = []
+    for log in logs:
+        lines: Iterable[TimedLine] = log.lines(final=final, until_us=until_us)
+        if since is not None:
+            lines = (line for line in lines if line.time_us >= since)
+        if tail is not None:
+            lines = deque(lines, maxlen=tail)
+        batches.append(lines)
+    # Each task's lines are in time order: merging keeps ties in task order.
+    return heapq.merge(*batches, key=attrgetter("time_us"))
