@@ -1,21 +1,23 @@
 """What `crew logs` shows: a worker's output as stored or made safe for a terminal; or its lines
 (crew/store/logindex.py `merged`, with the --tail and --since read here), shown with task
-prefixes, receive times or as JSON lines. The standard library
-alone, so the fast path (crew/fast/logs.py) shows them as the full command does, with this code.
+prefixes, receive times or as JSON lines. The standard library alone, and little of it (no
+`typing`, `dataclasses` or `datetime` until they are needed), so the fast path (crew/fast/logs.py)
+shows them as the full command does, with this code, and as fast as it did without it.
 """
 
 from __future__ import annotations
 
 import json as jsonlib
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
-from crew import clock
 from crew.output import SETTINGS, Color, colored, print_json_line
-from crew.store.logindex import TimedLine
 from crew.text import RESET_STYLE, TerminalStream, json_safe
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from crew.store.logindex import TimedLine
 
 
 def tail_count(text: str | None) -> int | None:
@@ -33,11 +35,14 @@ def since_us(text: str | None) -> int | None:
     """--since: a duration ago, or an ISO 8601 time; microseconds since the epoch."""
     if text is None:
         return None
+    from datetime import UTC, datetime
+
+    from crew.clock import parse_duration
     from crew.errors import UsageError
 
     now = datetime.now(UTC)
     try:
-        moment = now.timestamp() - clock.parse_duration(text)
+        moment = now.timestamp() - parse_duration(text)
     except ValueError:
         try:
             when = datetime.fromisoformat(text)
@@ -72,7 +77,6 @@ def show_output(chunks: Iterable[bytes], *, raw: bool, flush: bool) -> None:
         sys.stdout.flush()
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _last_time: list[int | str] = [-1, ""]
 #: Made once: `json.dumps` with options makes an encoder per call.
 _ENCODER = jsonlib.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -81,20 +85,31 @@ _ENCODER = jsonlib.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _PREFIX_COLOURS = (96, 93, 92, 95, 94, 91, 36, 33, 32, 35, 34, 31)
 
 
-@dataclass(frozen=True)
 class LineStyle:
     """How `crew logs` shows lines: after task prefixes (padded to the longest id of `tasks`,
     coloured in turn with `colour`), after receive times, as JSON; bytes as stored (`raw`) or
     made safe for a terminal."""
 
-    tasks: tuple[str, ...]
-    prefixed: bool
-    timestamps: bool = False
-    json: bool = False
-    raw: bool = True
-    colour: bool = False
-    #: Each task's prefix, made once (a task the run gained later comes after `tasks`).
-    _prefixes: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    __slots__ = ("_prefixes", "colour", "json", "prefixed", "raw", "tasks", "timestamps")
+
+    def __init__(
+        self,
+        tasks: tuple[str, ...],
+        *,
+        prefixed: bool,
+        timestamps: bool = False,
+        json: bool = False,
+        raw: bool = True,
+        colour: bool = False,
+    ) -> None:
+        self.tasks = tasks
+        self.prefixed = prefixed
+        self.timestamps = timestamps
+        self.json = json
+        self.raw = raw
+        self.colour = colour
+        #: Each task's prefix, made once (a task the run gained later comes after `tasks`).
+        self._prefixes: dict[str, str] = {}
 
     def prefix(self, task_id: str) -> str:
         """What goes before each line of the task: `coder    | `, or nothing."""
@@ -152,8 +167,12 @@ def _shown(line: TimedLine, style: LineStyle) -> bytes:
 def _time(time_us: int) -> str:
     """A receive time as crew writes timestamps (ISO 8601, UTC, microseconds)."""
     if _last_time[0] != time_us:  # the lines of one write share their time: format it once
-        moment = _EPOCH + timedelta(microseconds=time_us)
-        _last_time[:] = [time_us, clock.format_timestamp(moment)]
+        from datetime import UTC, datetime, timedelta
+
+        from crew.clock import format_timestamp
+
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=time_us)
+        _last_time[:] = [time_us, format_timestamp(moment)]
     return str(_last_time[1])
 
 

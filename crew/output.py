@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json as jsonlib
 import sys
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TextIO
 
 from crew.errors import CrewError, UsageError
 from crew.text import colors_wanted, json_safe, terminal_safe
 
+TYPE_CHECKING = False  # `typing` (and `dataclasses`) cost a fast command (crew/fast) milliseconds
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from rich.console import Console
 
 
@@ -37,14 +38,16 @@ class Color(StrEnum):
     NEVER = "never"
 
 
-@dataclass
 class Settings:
     """The output options of this process."""
 
-    color: Color = Color.AUTO
-    #: The compiled --jq program, if one was given.
-    jq: Any = None
-    quiet: bool = False
+    __slots__ = ("color", "jq", "quiet")
+
+    def __init__(self) -> None:
+        self.color = Color.AUTO
+        #: The compiled --jq program, if one was given.
+        self.jq: Any = None
+        self.quiet = False
 
 
 #: The one instance the options set and the renderers read.

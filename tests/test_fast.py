@@ -541,26 +541,27 @@ _WRITES = [
         ("--color", "always"),
     ],
 )
+@pytest.mark.parametrize("tasks", [("plan",), (), ("build", "plan", "build")])
 def test_logs_as_lines_print_what_the_full_command_prints(
     make_run: MakeRun,
     capsysbinary: pytest.CaptureFixture[bytes],
     tmp_path: Path,
     options: tuple[str, ...],
+    tasks: tuple[str, ...],
 ) -> None:
     store = make_run()
     start(store)
     store.paths.logs_dir.mkdir(exist_ok=True)
-    end = 0
-    with (
-        store.paths.log("plan").open("wb") as log,
-        index_path(store.paths.log("plan")).open("wb") as index,
-    ):
-        for data, time_us in _WRITES:
-            log.write(data)
-            end += len(data)
-            index.write(b"%d %d\n" % (end, time_us))
+    for task_id, shift in (("plan", 0), ("build", 700_000)):  # their lines interleaved
+        end = 0
+        log_path = store.paths.log(task_id)
+        with log_path.open("wb") as log, index_path(log_path).open("wb") as index:
+            for data, time_us in _WRITES:
+                log.write(data)
+                end += len(data)
+                index.write(b"%d %d\n" % (end, time_us + shift))
     twins = Twins(store, tmp_path)
-    args = ("logs", twins.run_id, "plan", *options)
+    args = ("logs", twins.run_id, *tasks, *options)
 
     code = fast.fast([*args, "--home", str(twins.fast)])
     quick = capsysbinary.readouterr().out
@@ -571,8 +572,10 @@ def test_logs_as_lines_print_what_the_full_command_prints(
 
     assert code == full_code == 0
     assert quick == full
-    if options[0] == "--tail" and options[1] == "2":
+    if options == ("--tail", "2") and tasks == ("plan",):
         assert quick == b"four \xff\nfive\n"
+    if options == ("--tail", "2") and tasks == ():
+        assert quick == b"plan  | four \xff\nplan  | five\nbuild | four \xff\nbuild | five\n"
 
 
 class _Terminal(io.StringIO):
@@ -611,8 +614,7 @@ def test_logs_of_a_task_that_printed_nothing_yet(
     assert capsys.readouterr().out == ""
     _refused(store, "logs", "latest", "nope")
     _refused(store, "logs", "latest", "plan", "-f")
-    _refused(store, "logs", "latest")  # every task, interleaved: the full command's
-    _refused(store, "logs", "latest", "plan", "build")
+    _refused(store, "logs", "latest", "plan", "nope")
     for options in (
         ["--tail", "x"],
         ["--since", "yesterday"],
@@ -1014,7 +1016,7 @@ def test_every_option_of_the_command_is_taken_or_left_to_the_full_command(comman
     arguments = [p.name for p in click_command.params if not p.opts[0].startswith("-")]
     known = spec.flags | spec.values | spec.slow
     assert options - cmdline.HELP_OPTIONS == known, "an option the fast path does not account for"
-    assert len(arguments) == len(spec.arguments + spec.optional)
+    assert arguments == [*spec.arguments, *spec.optional, *([spec.rest] if spec.rest else [])]
 
 
 def test_every_command_the_fast_path_parses_has_its_runner() -> None:

@@ -18,13 +18,14 @@ class Fallback(Exception):
 class Spec:
     """One command as the fast path reads it."""
 
-    __slots__ = ("arguments", "flags", "optional", "slow", "values")
+    __slots__ = ("arguments", "flags", "optional", "rest", "slow", "values")
 
     def __init__(
         self,
         arguments: tuple[str, ...],
         *,
         optional: tuple[str, ...] = (),
+        rest: str | None = None,
         flags: frozenset[str] = frozenset(),
         values: frozenset[str] = frozenset(),
         slow: frozenset[str] = frozenset(),
@@ -32,6 +33,8 @@ class Spec:
         #: Positional arguments, in order; then `optional` ones.
         self.arguments = arguments
         self.optional = optional
+        #: A list argument after them, of any length (`logs RUN [TASK]...`): `Call.rest`.
+        self.rest = rest
         #: Options the fast path takes: flags, and options with a value.
         self.flags = flags
         self.values = values
@@ -90,7 +93,8 @@ SPECS: dict[str, Spec] = {
         slow=_SEND_SLOW | {"--contact"},
     ),
     "logs": Spec(
-        ("run", "task"),
+        ("run",),
+        rest="tasks",
         flags=frozenset({"--raw", "--timestamps", "--json"}),
         values=frozenset({"--home", "--tail", "--since", "--color"}),
         slow=frozenset({"--follow", "-f", "--jq"}),
@@ -131,11 +135,19 @@ HELP_OPTIONS = frozenset({"-h", "--help"})
 class Call:
     """A parsed command line: the command, its arguments by name, and its options."""
 
-    __slots__ = ("arguments", "command", "options")
+    __slots__ = ("arguments", "command", "options", "rest")
 
-    def __init__(self, command: str, arguments: dict[str, str], options: dict[str, str]) -> None:
+    def __init__(
+        self,
+        command: str,
+        arguments: dict[str, str],
+        options: dict[str, str],
+        rest: list[str] | None = None,
+    ) -> None:
         self.command = command
         self.arguments = arguments
+        #: The words of the spec's list argument, if it has one.
+        self.rest = rest or []
         #: Flags given map to "", options with a value to it.
         self.options = options
 
@@ -163,6 +175,8 @@ def parse(argv: list[str]) -> Call:
         else:
             positional.append(word)
     names = spec.arguments + spec.optional
-    if not len(spec.arguments) <= len(positional) <= len(names) or "-" in positional[1:]:
+    most = len(positional) if spec.rest is not None else len(names)
+    if not len(spec.arguments) <= len(positional) <= most or "-" in positional[1:]:
         raise Fallback  # a missing or extra argument, or a body on stdin
-    return Call(command, dict(zip(names, positional, strict=False)), options)
+    given = dict(zip(names, positional, strict=False))
+    return Call(command, given, options, positional[len(names) :])
