@@ -747,6 +747,54 @@ def test_doctor_refuses_a_bad_run_as_the_full_command_does(
     assert snapshot_files(twins.fast) == before
 
 
+#: crew.toml files `validate` takes: valid, with several problems, not TOML, and none at all.
+_DEFINITIONS = {
+    "valid": '[crew]\nname = "t"\n[agents.w]\ncommand = ["true"]\n'
+    '[[tasks]]\nid = "a"\nagent = "w"\nprompt = "x"\n',
+    "problems": '[crew]\nname = "t"\nmaxParallel = 0\n[agents.w]\ncommand = []\n'
+    '[[tasks]]\nid = "a"\nagent = "nobody"\nprompt = "x"\n',
+    "not toml": "[crew\nname =\n",
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("where", ["named", "home"])
+@pytest.mark.parametrize("json", [False, True])
+@pytest.mark.parametrize("definition", sorted(_DEFINITIONS))
+def test_validate_prints_what_the_full_command_prints(
+    home: Home,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    definition: str,
+    json: bool,
+    where: str,
+) -> None:
+    text = _DEFINITIONS[definition]
+    if text is not None:
+        home.config_file.write_text(text)
+    at = [str(home.config_file)] if where == "named" else ["--home", str(home.root)]
+    args = ["validate", *at, *(["--json"] if json else [])]
+    before = snapshot_files(home.root)
+
+    full = cli(*args)
+    code = fast.fast(args)
+    out = capsys.readouterr()
+
+    assert (code, out.out, out.err) == (full.code, full.out, full.err)
+    assert code == (0 if definition == "valid" else 2 if text is not None else full.code)
+    assert snapshot_files(home.root) == before
+
+
+@pytest.mark.parametrize(
+    "args", [("validate", "--jq", ".valid"), ("validate", "a.toml", "b.toml"), ("validate", "")]
+)
+def test_validate_leaves_what_it_does_not_take_to_the_full_command(
+    home: Home, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    assert fast.fast(list(args)) is None
+    assert capsys.readouterr() == ("", "")
+
+
 @pytest.mark.parametrize(
     "args",
     [("doctor", "--jq", ".clean"), ("doctor", "--repair=yes"), ("doctor", "latest", "more")],

@@ -121,6 +121,13 @@ SPECS: dict[str, Spec] = {
         slow=_LEAD_SLOW,
     ),
     "resume": Spec(("run",), flags=_LEAD_FLAGS | {"--force"}, values=_LEAD_VALUES, slow=_LEAD_SLOW),
+    "validate": Spec(
+        (),
+        optional=("crew_toml",),
+        flags=frozenset({"--json"}),
+        values=frozenset({"--home"}),
+        slow=frozenset({"--jq"}),
+    ),
     "wait": Spec(
         ("run",),
         flags=frozenset({"--json"}),
