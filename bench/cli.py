@@ -92,6 +92,7 @@ OTHER = {
         "--timestamps",
     ),
     "crew doctor RUN": ("doctor", "{run}"),
+    "crew validate CREW_TOML": ("validate", "{toml}"),
     "crew schema": ("schema",),
     "crew --version": ("--version",),
     "crew --help": ("--help",),
@@ -158,7 +159,8 @@ def run(quick: bool = False) -> list[Row]:
                 "python -c pass": Command([PYTHON, "-c", "pass"], env, folder),
             }
             for key, argv in {**HOT, **OTHER}.items():
-                args = [arg.format(run=live.store.run_id, done=done) for arg in argv]
+                names = {"run": live.store.run_id, "done": done, "toml": str(crew_toml)}
+                args = [arg.format(**names) for arg in argv]
                 done_env = {**env, "CREW_HOME": str(folder / "done" / ".crew")}
                 commands[key] = Command(
                     crew_argv(*args), done_env if key == "crew wait DONE" else env, folder
