@@ -1,5 +1,6 @@
-"""Streams shown as they come: the event log (`crew events`, `crew run`'s progress) and
-workers' output (`crew logs`). Lines for people are made safe for a terminal; JSON is exact."""
+"""The event log shown as it comes (`crew events`, `crew run`'s progress); workers' output
+(`crew logs`) is crew/loglines.py's. Lines for people are made safe for a terminal; JSON is
+exact."""
 
 from __future__ import annotations
 

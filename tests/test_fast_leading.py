@@ -25,6 +25,13 @@ from crew.paths import Home
 from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runfiles, "wrote", False)  # as in a fresh process, and put back after
+
+
 #: What differs between two equal runs: run ids, times, pids, ids of events and messages.
 _VARYING = [
     (re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}"), "RUN"),
@@ -156,9 +163,8 @@ def test_a_refusal_is_the_full_commands_and_writes_nothing(
     ],
 )
 def test_what_the_fast_path_leaves_to_the_full_command(
-    tmp_path: Path, home: Home, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+    tmp_path: Path, home: Home, args: tuple[str, ...]
 ) -> None:
-    monkeypatch.setattr(runfiles, "wrote", False)  # as in a fresh process
     write_crew(tmp_path, TASKS)
     before = snapshot_files(tmp_path)
 

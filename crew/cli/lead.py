@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,6 @@ from crew.cli.common import (
     open_run,
 )
 from crew.output import Color
-
-if TYPE_CHECKING:
-    pass
 
 DetachOption = Annotated[
     bool,

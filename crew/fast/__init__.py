@@ -102,9 +102,11 @@ def fast(argv: list[str]) -> int | None:
         return run(call)
     except Fallback:
         return None
-    except (LookupError, TypeError, ValueError, AttributeError):
+    except (LookupError, TypeError, ValueError, AttributeError) as error:
         if runfiles.wrote:
-            raise
+            from crew.render import internal_error
+
+            return internal_error(error)
         return None  # a file of an unexpected shape: the full command reads it, and says why
     except BrokenPipeError:  # the reader went away (`crew status --json | head -1`)
         from crew.render import silence_stdout
@@ -120,8 +122,10 @@ def fast(argv: list[str]) -> int | None:
 
         if isinstance(error, OSError):
             error = from_os_error(error)
-        if not isinstance(error, CrewError):
-            raise
+        if not isinstance(error, CrewError):  # as the full command says it (crew/cli `run_app`)
+            from crew.render import internal_error
+
+            return internal_error(error)
         return report(error)
 
 

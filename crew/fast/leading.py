@@ -3,11 +3,11 @@ table (crew/fast/cmdline.py), then the bodies below, which the typer commands (c
 run too.
 
 A leader needs pydantic for crew's models whatever parses its command line; what it is spared is
-typer, click and the adapters typer builds for each option: 0.93 times the instructions of the
+typer, click and the adapters typer builds for each option: 0.91 times the instructions of the
 same run through typer (docs/performance.md). Once the command line is read, nothing goes back to
-the full command: a run may have been created by then, and must not be created twice. So every
-error is mapped to its exit code here, as the full command maps it (crew/cli/common.py
-`run_app`).
+the full command (`runfiles.wrote`): a run may have been created by then, and must not be
+created twice. Every error is then mapped to its exit code by crew/fast `fast`, as the full
+command maps it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import sys
 
-from crew.fast import pause_collector, resume_collector
+from crew.fast import pause_collector, resume_collector, runfiles
 from crew.fast.cmdline import Call, Fallback
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -41,39 +41,36 @@ def run(call: Call) -> int:
     _begin(call)
     from pathlib import Path
 
-    return _guarded(
-        lambda: start_and_lead(
-            Path(crew_toml) if crew_toml is not None else None,
-            home=call.options.get("--home"),
-            session=call.options.get("--session"),
-            max_parallel=int(count) if count is not None else None,
-            timeout=call.options.get("--timeout"),
-            detach="--detach" in call.options,
-            json="--json" in call.options,
-            no_input="--no-input" in call.options,
-        )
+    return start_and_lead(
+        Path(crew_toml) if crew_toml is not None else None,
+        home=call.options.get("--home"),
+        session=call.options.get("--session"),
+        max_parallel=int(count) if count is not None else None,
+        timeout=call.options.get("--timeout"),
+        detach="--detach" in call.options,
+        json="--json" in call.options,
+        no_input="--no-input" in call.options,
     )
 
 
 def resume(call: Call) -> int:
     """`crew resume RUN` (crew/cli/lead.py `resume`)."""
     _begin(call)
-    return _guarded(
-        lambda: resume_and_lead(
-            call.arguments["run"],
-            home=call.options.get("--home"),
-            session=call.options.get("--session"),
-            force="--force" in call.options,
-            detach="--detach" in call.options,
-            json="--json" in call.options,
-            no_input="--no-input" in call.options,
-        )
+    return resume_and_lead(
+        call.arguments["run"],
+        home=call.options.get("--home"),
+        session=call.options.get("--session"),
+        force="--force" in call.options,
+        detach="--detach" in call.options,
+        json="--json" in call.options,
+        no_input="--no-input" in call.options,
     )
 
 
 def _begin(call: Call) -> None:
-    """Import what leading needs (the collector paused: crew/fast `pause_collector`), and take
-    the output options as the typer command's callbacks take them."""
+    """Import what leading needs (the collector paused: crew/fast `pause_collector`), take the
+    output options as the typer command's callbacks take them, and never hand over from here."""
+    runfiles.wrote = True
     pause_collector()
     try:
         import crew.leader  # noqa: F401  # the leader's modules and crew's models
@@ -81,31 +78,6 @@ def _begin(call: Call) -> None:
     finally:
         resume_collector()
     SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
-
-
-def _guarded(body: Callable[[], int]) -> int:
-    """Run `body`; an error is printed and mapped to its exit code as `run_app` does it."""
-    from crew.errors import CrewError, ExitCode, from_os_error
-    from crew.render import error as report
-
-    try:
-        return body()
-    except CrewError as error:
-        return report(error)
-    except KeyboardInterrupt:
-        sys.stderr.write("crew: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except BrokenPipeError:
-        from crew.render import silence_stdout
-
-        silence_stdout()
-        return int(ExitCode.OK)
-    except OSError as error:
-        return report(from_os_error(error))
-    except Exception as error:
-        from crew.render import internal_error
-
-        return internal_error(error)
 
 
 def start_and_lead(
@@ -121,13 +93,16 @@ def start_and_lead(
 ) -> int:
     """Start a run of the crew and lead it: the body of `crew run`."""
     from crew.clock import option_duration
+    from crew.ids import check_session
     from crew.leader import LeadOptions, start_run
     from crew.paths import home_for_run
+    from crew.session import current_actor
 
     run_timeout = option_duration(timeout, "--timeout")
-    _check_session(session)
+    if session is not None:  # checked before any run is looked up
+        check_session(session, "--session")
     crew_home = home_for_run(crew_toml, explicit=home)
-    who = _actor(session, crew_home.root)
+    who = current_actor(session, home=crew_home.root)
     config_path = crew_toml if crew_toml is not None else crew_home.config_file
     store = start_run(crew_home, config_path, session=who)
     options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
@@ -146,31 +121,19 @@ def resume_and_lead(
     no_input: bool,
 ) -> int:
     """Lead an interrupted run again: the body of `crew resume`."""
+    from crew.ids import check_session
     from crew.leader import LeadOptions
     from crew.paths import find_home
+    from crew.session import current_actor
     from crew.store.runstore import RunStore
 
-    _check_session(session)
+    if session is not None:
+        check_session(session, "--session")
     store = RunStore.open(find_home(explicit=home), run)
-    who = _actor(session, store.paths.home.root)
+    who = current_actor(session, home=store.paths.home.root)
     options = LeadOptions(resume=True, force=force)
     interactive = not (no_input or json)
     return lead_here(store, who, options, detach=detach, json=json, interactive=interactive)
-
-
-def _check_session(session: str | None) -> None:
-    """--session is one line of printable text (exit 2), checked before any run is looked up."""
-    if session is not None:
-        from crew.ids import check_session
-
-        check_session(session, "--session")
-
-
-def _actor(session: str | None, home: Path) -> Actor:
-    """Who leads: a worker acts as its task whatever --session says (crew.session)."""
-    from crew.session import current_actor
-
-    return current_actor(session, home=home)
 
 
 def lead_here(

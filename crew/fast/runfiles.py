@@ -49,8 +49,8 @@ HAND_AFTER = 0.25
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX_RE = re.compile(RUN_PREFIX_PATTERN)
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
-#: Set once this process has begun to write a run's files: from then on, falling back to the
-#: full command would do the change twice.
+#: Set once this process has begun to write a run's files (or, leading, may make a run): from
+#: then on, falling back to the full command would do the change twice.
 wrote = False
 
 
