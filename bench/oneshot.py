@@ -10,9 +10,12 @@ OPEN_EVERY left delivered, i.e. open; one follow-up in KEY_EVERY carries an idem
 The leader reads them as any appended line, and is left to settle before timing starts.
 `crew doctor RUN` checks the largest run once.
 
-`crew status RUN --json`, `crew steer RUN t1 x` and `crew follow-up RUN t1 x` then run for every
-size in turn, round after round, each started fresh by the spawner (bench/spawner.py): wall time
-from spawn to exit, and the peak RSS of the command alone. The live worker acknowledges what is
+`crew status RUN --json`, `crew steer RUN t1 x`, `crew follow-up RUN t1 x`, and the same
+follow-up under an idempotency key no message carried yet (a new key each time, as a script
+that retries gives each new request), then run for every size in turn, round after round, each
+started fresh by the spawner (bench/spawner.py): wall time from spawn to exit, and the peak RSS
+of the command alone. The round before the timed ones builds the indexes a long run without
+them is read into once (docs/design.md, "The pending index"). The live worker acknowledges what is
 sent meanwhile, so nothing piles up as pending. Beside them, what each run's leader holds in
 memory once the commands are done (its RSS).
 """
@@ -20,11 +23,13 @@ memory once the commands are done (its RSS).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +64,10 @@ COMMANDS = {
     "crew status RUN --json": ("status", "{run}", "--json"),
     "crew steer RUN TASK x": ("steer", "{run}", "t1", "x"),
     "crew follow-up RUN TASK x": ("follow-up", "{run}", "t1", "x"),
+    "crew follow-up RUN TASK x --idempotency-key NEW": (
+        *("follow-up", "{run}", "t1", "x"),
+        *("--idempotency-key", "{key}"),
+    ),
 }
 
 
@@ -110,6 +119,11 @@ def _fill(store: RunStore, messages: int) -> None:
         # The files now hold what a long run leaves: a marker that says so, as every
         # transaction's would (without it, every command would check the run from scratch).
         store.write_applied(eventlog.tail(store.paths.events).last_seq)
+
+
+def _new_key(argv: list[str]) -> None:
+    """A key no message carried yet, in place of the last one (the command's last argument)."""
+    argv[-1] = f"k-{secrets.token_hex(8)}"
 
 
 def _settle(pid: int, *, quiet: int = 5_000_000, timeout: float = 120) -> None:
@@ -191,6 +205,7 @@ def run(quick: bool = False) -> list[Row]:
         folder = Path(name)
         spawn = stack.enter_context(spawner(folder))
         commands: dict[tuple[str, int], Command] = {}
+        setup: dict[tuple[str, int], Callable[[], None]] = {}
         leaders: dict[int, int] = {}
         for size in sizes:
             where = folder / str(size)
@@ -206,11 +221,13 @@ def run(quick: bool = False) -> list[Row]:
             _settle(live.pid)
             leaders[size] = live.pid
             for label, argv in COMMANDS.items():
-                args = [arg.format(run=live.store.run_id) for arg in argv]
+                args = [arg.format(run=live.store.run_id, key="") for arg in argv]
                 commands[label, size] = Command(crew_argv(*args), env, where)
+                if "{key}" in argv:
+                    setup[label, size] = functools.partial(_new_key, commands[label, size].argv)
         # the largest run's state is sound: crew doctor exits non-zero on any finding
         spawn.run(Command(crew_argv("doctor", live.store.run_id), env, where))
-        runs = interleaved(spawn, commands, rounds=rounds)
+        runs = interleaved(spawn, commands, rounds=rounds, setup=setup)
         for pid in leaders.values():
             _settle(pid)  # done with what the commands sent
         resident = {size: _resident_mb(pid) for size, pid in leaders.items()}

@@ -22,7 +22,7 @@ from conftest import SESSION, CliResult, config, snapshot_files
 from test_cli_admin import _damage
 from test_verbs import ask, start
 
-from crew import fast, ids, models, registry, text
+from crew import errors, fast, ids, models, registry, text
 from crew.cli import build_app
 from crew.domain import change, gate, lease
 from crew.fast import cmdline, output, people, runfiles, sending, status
@@ -299,6 +299,9 @@ def test_runs_of_an_empty_home_is_what_the_full_command_prints(
         ("steer", "plan", "quietly", "-q"),
         ("nudge", "plan", "--quiet"),
         ("follow-up", "plan", "quiet, but JSON", "-q", "--json"),
+        ("follow-up", "plan", "keyed", "--idempotency-key", "ci-42/step 3", "--json"),
+        ("steer", "plan", "keyed", "--idempotency-key", "cl\u00e9"),
+        ("nudge", "plan", "--idempotency-key", "n1", "--json"),
     ],
 )
 def test_a_send_writes_and_prints_what_the_full_command_does(
@@ -405,6 +408,7 @@ def test_status_of_a_finished_run_needs_no_leader(
         (ContactType.NEED_SELECTION, ["a", "b"], ("b", "--json")),
         (ContactType.NEED_CONFIRMATION, None, ("yes",)),
         (ContactType.NEED_INPUT, None, ("Use Postgres", "-q")),
+        (ContactType.NEED_INPUT, None, ("Use Postgres", "--idempotency-key", "a1", "--json")),
     ],
 )
 def test_an_answer_writes_and_prints_what_the_full_command_does(
@@ -828,7 +832,10 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "latest", "plan", "x" * 70_000),
         ("steer", "latest", "plan", "x", "--session", "intruder@ci"),
         ("steer", "latest", "plan", "x", "--session", "task:plan"),
-        ("steer", "latest", "plan", "x", "--idempotency-key", "k1"),
+        ("steer", "latest", "plan", "x", "--idempotency-key", " k1"),
+        ("steer", "latest", "plan", "x", "--idempotency-key="),
+        ("steer", "latest", "plan", "x", "--idempotency-key", "two\nlines"),
+        ("steer", "latest", "plan", "x", "--idempotency-key", "k" * 257),
         ("steer", "latest", "plan", "x", "--wait"),
         ("steer", "latest", "plan", "x", "--timeout=5s"),
         ("steer", "latest", "plan", "-"),
@@ -854,6 +861,58 @@ def test_what_the_fast_path_leaves_to_the_full_command(
     store = make_run()
     start(store)
     _refused(store, *args)
+
+
+@pytest.mark.parametrize("first", ["full", "fast"])
+@pytest.mark.parametrize("index", ["kept", "lost", "behind"])
+def test_a_key_a_message_carried_is_the_full_commands_to_replay_or_refuse(
+    make_run: MakeRun, capsys: pytest.CaptureFixture[str], first: str, index: str
+) -> None:
+    """Whichever command sent the keyed message, and whatever became of the indexes, a send
+    under the same key writes nothing on the fast path: a retry is replayed and another request
+    refused, by the full command."""
+    from crew import verbs
+
+    store = make_run()
+    start(store)
+    root = str(store.paths.home.root)
+    if index == "behind":  # the indexes saved before the keyed message was written
+        assert (
+            fast.fast(
+                ["steer", "latest", "plan", "first", "--idempotency-key", "k0", "--home", root]
+            )
+            == 0
+        )
+    if first == "fast":
+        assert (
+            fast.fast(
+                ["follow-up", "latest", "plan", "x", "--idempotency-key", "k1", "--home", root]
+            )
+            == 0
+        )
+    else:
+        verbs.follow_up(store, "plan", "x", idempotency_key="k1", session=SESSION)
+    if index == "lost":
+        for saved in store.paths.runtime_dir.glob("*.keys.sqlite*"):
+            saved.unlink()
+    capsys.readouterr()
+    runfiles.wrote = False  # each command below a fresh process
+
+    for args in [
+        ("follow-up", "latest", "plan", "x"),  # the same request: a replay
+        ("follow-up", "latest", "plan", "other"),  # another body under the key
+        ("steer", "latest", "plan", "x"),  # another box, another kind
+        ("follow-up", "latest", "build", "x"),
+    ]:
+        _refused(store, *args, "--idempotency-key", "k1")
+    sent = verbs.follow_up(store, "plan", "x", idempotency_key="k1", session=SESSION)
+    assert sent.replayed
+    keyed = [
+        m
+        for m in RunStore(store.paths).history(Box.INBOX)
+        if (m.data or {}).get("idempotencyKey") == "k1"
+    ]
+    assert len(keyed) == 1
 
 
 def test_a_worker_is_the_full_commands_to_check(
@@ -1072,6 +1131,21 @@ def test_every_command_the_fast_path_parses_has_its_runner() -> None:
     assert set(fast.RUNNERS) == set(cmdline.SPECS)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["ok-1", "cl\u00e9 7", "", " k", "k ", "a\nb", "tab\there", "\x01", "a\u2028b", "\udcff",
+     "x" * 256, "x" * 257],
+)  # fmt: skip
+def test_a_key_the_fast_path_takes_is_one_crew_takes(value: str) -> None:
+    try:
+        ids.check_idempotency_key(value)
+    except errors.UsageError:
+        valid = False
+    else:
+        valid = True
+    assert people.plain_text_id(value) is valid
+
+
 def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     from rich.color import ColorSystem
     from rich.style import Style
@@ -1102,7 +1176,10 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert tuple(b.value for b in registry.INBOUND_BOXES) == status.INBOUND_BOXES
     assert text._RAW_IN_JSON_RE.pattern == output.RAW_IN_JSON_PATTERN
     assert people.TIMESTAMP_FORMAT == __import__("crew.clock").clock.TIMESTAMP_FORMAT
-    assert people.MAX_SESSION_LENGTH == ids.MAX_TEXT_ID_LENGTH
+    assert people.MAX_TEXT_ID_LENGTH == ids.MAX_TEXT_ID_LENGTH
+    assert __import__("crew.store.pending").store.pending.IDEMPOTENCY_KEY == (
+        registry.MessageData.IDEMPOTENCY_KEY
+    )
     assert people.WORKER_SESSION_PREFIX == ids.WORKER_SESSION_PREFIX
     assert people.CGROUP_PREFIX.decode() == __import__("crew.procs.cgroup").procs.cgroup.PREFIX
     assert {s.value for s in LIVE_TASK_STATUSES} == sending.LIVE
@@ -1318,6 +1395,32 @@ def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
 
     bodies = [m.body for box in (Box.STEERING, Box.INBOX) for m in store.messages(box)]
     assert sorted(bodies) == sorted(f"s{i}-{n}" for i in range(6) for n in range(4))
+    seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert store.load().clean
+
+
+def test_senders_retrying_the_same_keys_at_once_send_each_once(make_run: MakeRun) -> None:
+    # Four shells each send the same three keyed follow-ups at once, half with the fast path
+    # off: each key is written once, every other try is replayed (exit 0), the seqs unique.
+    store = make_run()
+    start(store)
+    script = (
+        "import subprocess, sys\n"
+        "for n in range(3):\n"
+        "    subprocess.run([sys.executable, '-m', 'crew', 'follow-up', 'latest', 'plan',"
+        " f'b{n}', '--idempotency-key', f'k{n}'], check=True, stdout=subprocess.DEVNULL)\n"
+    )
+    senders = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], env={**os.environ, "CREW_FAST": str(index % 2)}
+        )
+        for index in range(4)
+    ]
+    assert [sender.wait(timeout=300) for sender in senders] == [0] * len(senders)
+
+    sent = [((m.data or {}).get("idempotencyKey"), m.body) for m in store.messages(Box.INBOX)]
+    assert sorted(sent) == [("k0", "b0"), ("k1", "b1"), ("k2", "b2")]
     seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
     assert seqs == list(range(1, len(seqs) + 1))
     assert store.load().clean

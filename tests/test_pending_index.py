@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from crew.store import pending
-from crew.store.pending import BadLine, PendingIndex
+from crew.store.pending import BadLine, KeyIndex, PendingIndex
 
 
 def _line(message_id: str, status: str, task: str = "plan", kind: str = "steer") -> bytes:
@@ -136,3 +137,106 @@ def test_it_is_saved_again_only_when_well_behind(files: tuple[Path, Path]) -> No
         )
     _index(files).current()
     assert saved.read_bytes() != first
+
+
+def _keyed(message_id: str, key: object, status: str = "pending", **fields: object) -> bytes:
+    record = {"id": message_id, "kind": "followUp", "taskId": "plan", "status": status}
+    return json.dumps({**record, "data": {"idempotencyKey": key}, **fields}).encode() + b"\n"
+
+
+def _keys(mailbox: Path, saved: Path) -> KeyIndex:
+    index = KeyIndex(str(mailbox), str(saved))
+    index.advance()
+    return index
+
+
+def test_the_key_index_names_the_first_message_that_carried_each_key(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    mailbox, _ = files
+    saved = tmp_path / "steering.keys.sqlite"
+    mailbox.write_bytes(
+        _keyed("msg_a", "k1")
+        + _keyed("msg_a", "k1", status="acknowledged")
+        + _line("msg_b", "pending")  # no data
+        + _keyed("msg_c", "k2", data=None)
+        + _keyed("msg_d", "k1")  # the key again: msg_a keeps it
+        + _keyed("msg_b", "k3", status="delivered")  # a change that carries a key counts
+    )
+    expected = {"k1": "msg_a", "k2": None, "k3": "msg_b", "k4": None}
+
+    assert {k: _keys(mailbox, saved).carried(k) for k in expected} == expected  # folded, saved
+    assert saved.exists()
+    with mailbox.open("ab") as handle:
+        handle.write(_keyed("msg_e", "k4") + _keyed("msg_f", "k3"))
+    assert {k: _keys(mailbox, saved).carried(k) for k in expected} == {**expected, "k4": "msg_e"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _keyed("msg_a", 7),
+        b'{"id":"msg_a","kind":"steer","taskId":"plan","status":"pending","data":[1]}\n',
+    ],
+)
+def test_a_key_the_models_would_not_read_is_reported(
+    files: tuple[Path, Path], tmp_path: Path, line: bytes
+) -> None:
+    mailbox, _ = files
+    mailbox.write_bytes(line)
+    with pytest.raises(BadLine):
+        _keys(mailbox, tmp_path / "keys.sqlite")
+
+
+@pytest.mark.parametrize("change", ["replaced", "shorter", "not a database", "another format"])
+def test_a_key_index_that_no_longer_holds_is_rebuilt(
+    files: tuple[Path, Path], tmp_path: Path, change: str
+) -> None:
+    mailbox, _ = files
+    saved = tmp_path / "steering.keys.sqlite"
+    mailbox.write_bytes(b"".join(_keyed(f"msg_{n}", f"k{n}") for n in range(10)))
+    _keys(mailbox, saved).close()
+    if change == "replaced":  # another file, the same length: none of the old keys are in it
+        mailbox.with_name("other").write_bytes(
+            mailbox.read_bytes().replace(b'Key": "k', b'Key": "j')
+        )
+        os.replace(mailbox.with_name("other"), mailbox)
+    elif change == "shorter":
+        mailbox.write_bytes(_keyed("msg_x", "j1"))
+    elif change == "not a database":
+        saved.write_bytes(b"x" * 4096)
+        for suffix in ("-wal", "-shm"):
+            saved.with_name(saved.name + suffix).unlink(missing_ok=True)
+    else:
+        with sqlite3.connect(saved) as db:
+            db.execute("UPDATE covered SET version = 99")
+        db.close()
+    index = _keys(mailbox, saved)
+    now = {json.loads(line)["data"]["idempotencyKey"] for line in mailbox.read_bytes().splitlines()}
+
+    assert {k for k in (*now, "k3", "j1", "j3") if index.carried(k)} == now
+    index.close()
+    assert {k for k in (*now, "k3") if _keys(mailbox, saved).carried(k)} == now  # saved so
+
+
+def test_a_saved_key_index_reads_only_what_was_appended(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    mailbox, _ = files
+    saved = tmp_path / "steering.keys.sqlite"
+    mailbox.write_bytes(b"".join(_keyed(f"msg_{n}", f"k{n}") for n in range(100)))
+    _keys(mailbox, saved).close()
+    # An early key changed in place: a reader that read the file again would not find k0.
+    mailbox.write_bytes(mailbox.read_bytes().replace(b'"k0"', b'"x0"', 1))
+    with mailbox.open("ab") as handle:
+        handle.write(_keyed("msg_new", "k-new"))
+
+    index = _keys(mailbox, saved)
+
+    assert (index.carried("k0"), index.carried("x0")) == ("msg_0", None)
+    assert index.carried("k-new") == "msg_new"
+    index.close()
+    assert sorted(p.name for p in tmp_path.glob("steering.*")) == [  # the database alone
+        "steering.jsonl",
+        "steering.keys.sqlite",
+    ]

@@ -42,11 +42,9 @@ class Spec:
         self.slow = slow
 
 
-_SEND_SLOW = frozenset(
-    {"--idempotency-key", "--wait", "--wait-ack", "--timeout", "--force", "--jq"}
-)
+_SEND_SLOW = frozenset({"--wait", "--wait-ack", "--timeout", "--force", "--jq"})
 _SEND_FLAGS = frozenset({"--json", "--quiet", "-q"})
-_SEND_VALUES = frozenset({"--home", "--session"})
+_SEND_VALUES = frozenset({"--home", "--session", "--idempotency-key"})
 
 _LEAD_FLAGS = frozenset({"--detach", "--no-input", "--json", "--quiet", "-q"})
 _LEAD_VALUES = frozenset({"--home", "--session"})

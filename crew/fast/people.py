@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from crew.fast.cmdline import Fallback
 from crew.fast.runfiles import RunFiles
 
-MAX_SESSION_LENGTH = 256
+#: crew/ids.py MAX_TEXT_ID_LENGTH.
+MAX_TEXT_ID_LENGTH = 256
 WORKER_SESSION_PREFIX = "task:"
 #: The variables that make a command a worker's (crew/env.py): any of them, here or in an
 #: ancestor's starting environment, sends the command to the full path.
@@ -55,16 +56,17 @@ def session(explicit: str | None) -> Session:
 
 
 def _plain_session(value: str) -> bool:
+    return plain_text_id(value) and not value.startswith(WORKER_SESSION_PREFIX)
+
+
+def plain_text_id(value: str) -> bool:
+    """Whether crew/ids.py takes `value` as a session id or an idempotency key: one line of
+    printable UTF-8 text, with no space at either end."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return (
-        0 < len(value) <= MAX_SESSION_LENGTH
-        and value.isprintable()
-        and value == value.strip()
-        and not value.startswith(WORKER_SESSION_PREFIX)
-    )
+    return 0 < len(value) <= MAX_TEXT_ID_LENGTH and value.isprintable() and value == value.strip()
 
 
 def _user() -> str:

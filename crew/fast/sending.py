@@ -1,13 +1,15 @@
 """`crew steer`, `crew follow-up` and `crew nudge` without typer or pydantic: the gate of
 crew/domain/gate.py and the transaction of crew/store/txn.py for the common case — a person who
 owns the run, a task that takes the message, room in its queue, a run whose files need no
-recovery — writing the same event and mailbox line crew/verbs.py writes. Every other case
-(a refusal, a warning, a replayed key, --force, a worker's credentials) is decided before
-anything is written, by falling back to the full command.
+recovery, an idempotency key no message carried yet — writing the same event and mailbox line
+crew/verbs.py writes. Every other case (a refusal, a warning, a key used before: a replay or a
+refusal, --force, a worker's credentials) is decided before anything is written, by falling back
+to the full command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from crew.fast import answering, people
@@ -24,11 +26,12 @@ from crew.fast.runfiles import (
     open_run,
     write_lines,
 )
-from crew.fast.status import pending_index_path, read_run
-from crew.store.pending import PendingIndex
+from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
+from crew.store.pending import BadLine, KeyIndex, PendingIndex
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 LIVE = frozenset({"running", "waiting", "needs_review"})
@@ -86,14 +89,18 @@ def send(call: Call) -> int:
     verb = VERBS[call.command]
     task_id = call.arguments["task"]
     body = call.arguments.get("body", DEFAULT_NUDGE)
-    if not is_task_id(task_id):
+    key = call.options.get("--idempotency-key")
+    if not is_task_id(task_id) or (key is not None and not people.plain_text_id(key)):
         raise Fallback
     who = people.session(call.options.get("--session"))
     files = open_run(call)
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
-    with RunLock(files):
+    keys = [KeyIndex(files.box(b), key_index_path(files, b)) for b in INBOUND_BOXES] if key else []
+    with RunLock(files), _closing(keys):
         marker = files.clean()
         run, task = _admitted(files, verb, task_id, who, body)
+        if key is not None and _carried(keys, key):
+            raise Fallback  # a retry to replay, or a key to refuse: the full command's
         limits = run["config"]["limits"]
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
@@ -106,6 +113,8 @@ def send(call: Call) -> int:
         if verb.kind == "respond":
             contact = answering.question(task, body)
             data.update(answering.message_data(contact))
+        if key is not None:
+            data["idempotencyKey"] = key
         message = _message(verb, task_id, body, data)
         event = _event(marker.seq + 1, run["runId"], verb, who, message)
         if verb.kind == "respond":
@@ -115,10 +124,31 @@ def send(call: Call) -> int:
             _commit(files, marker, verb, event, message, running)
         else:
             _commit(files, marker, verb, event, message, None)
-    index.current()  # the index, saved with the line just written
+        for each in keys:  # under the lock, as every use of a key index (crew/store/pending.py)
+            each.advance()  # and saved with the line just written
+    with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
+        index.current()  # the pending index, saved with the line just written
     lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], verb, message, waiting + 1, lease)
     return 0
+
+
+def _carried(keys: list[KeyIndex], key: str) -> bool:
+    """Whether a message of the run carried `key` already."""
+    for index in keys:
+        index.advance(save=False)
+        if index.carried(key) is not None:
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _closing(keys: list[KeyIndex]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for index in keys:
+            index.close()
 
 
 def _admitted(

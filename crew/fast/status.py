@@ -101,6 +101,10 @@ def pending_index_path(files: RunFiles, box: str) -> str:
     return f"{files.root}/.runtime/{box}.pending.json"
 
 
+def key_index_path(files: RunFiles, box: str) -> str:
+    return f"{files.root}/.runtime/{box}.keys.sqlite"
+
+
 def _warnings(run: dict[str, Any], tasks: list[dict[str, Any]], lease: people.Lease) -> bool:
     """Whether crew/views.py `run_status` would warn about the leader."""
     if run["status"] in TERMINAL_RUN_STATUSES:
