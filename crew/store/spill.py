@@ -11,12 +11,18 @@ each leader builds it again as it reads the file. Nothing in it is durable or sh
 journal, no sync, one connection.
 
 Rows are written in batches, and every lookup sees those not written yet: what a read of the
-file gives is held until `flush` (the fold flushes after each read), rounds until 512 are. A
-batch SQLite cannot write (its disk full) is held, and written with the next one.
+file gives is held until `flush` (the fold flushes after each read), rounds until 512 are. When
+SQLite cannot write to its folder (the disk full), the database moves into memory, whole, and
+stays there: the leader's memory grows with the messages again, but it answers every lookup.
+Where the failed write left SQLite unable to read the database back (a transaction cut short
+while its cache spilled to the disk), what it held is gone: `SpillLost`, which names the
+folder to free (the leader stops, and `crew resume` continues the run; holding the rows to try
+again instead grew, at 100,000 messages a file, into a leader too busy retrying to beat).
 """
 
 from __future__ import annotations
 
+import os
 from array import array
 from dataclasses import dataclass
 from enum import IntEnum
@@ -79,7 +85,7 @@ class Spill:
     """The messages a lean fold let go of, and the names of the file's messages."""
 
     def __init__(self) -> None:
-        self._db = _connect(_SCHEMA)
+        self._db = _Database(_SCHEMA)
         #: Written at the next flush: messages by id, names in the order they came.
         self._rows: dict[str, Spilled] = {}
         self._names: dict[tuple[Name, str], str] = {}
@@ -112,7 +118,7 @@ class Spill:
         """Forget a message that is here (the fold holds it again)."""
         self._rows.pop(message_id, None)
         self._guessed.discard(message_id)
-        self._db.execute("DELETE FROM message WHERE id = ?", (message_id,))
+        self._db.write(("DELETE FROM message WHERE id = ?", [(message_id,)]))
 
     def name(self, kind: Name, name: str, message_id: str) -> None:
         """`message_id` carries `name` (only the first message to carry it is kept)."""
@@ -147,16 +153,13 @@ class Spill:
             return
         rows = [(i, s.place, s.task_id, _packed(s.starts)) for i, s in self._rows.items()]
         names = [(kind, name, i) for (kind, name), i in self._names.items()]
-        if _batch(self._db, (_PUT, rows), (_NAME, names)):
-            self._rows, self._names, self._guessed = {}, {}, set()
+        self._db.write((_PUT, rows), (_NAME, names))
+        self._rows, self._names, self._guessed = {}, {}, set()
 
     def clear(self) -> None:
         """Forget everything (the file is read again from its start)."""
         self._rows, self._names, self._guessed = {}, {}, set()
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM message")
-            self._db.execute("DELETE FROM name")
+        self._db.write(("DELETE FROM message", [()]), ("DELETE FROM name", [()]))
 
 
 class Rounds:
@@ -167,7 +170,7 @@ class Rounds:
     BATCH = 512
 
     def __init__(self) -> None:
-        self._db = _connect(
+        self._db = _Database(
             "CREATE TABLE round (id TEXT PRIMARY KEY, round INTEGER NOT NULL) WITHOUT ROWID;"
         )
         self._held: dict[str, int] = {}
@@ -182,28 +185,99 @@ class Rounds:
         held = self._held
         if value > held.get(message_id, value - 1):
             held[message_id] = value
-        if len(held) >= self.BATCH and _batch(self._db, (_RAISE, list(held.items()))):
+        if len(held) >= self.BATCH:
+            self._db.write((_RAISE, list(held.items())))
             self._held = {}
 
 
-def _batch(db: sqlite3.Connection, *statements: tuple[str, list[tuple[Any, ...]]]) -> bool:
-    """Run each statement over its rows, in one transaction. False if SQLite could not (its
-    disk full, say): then nothing was written, and the caller holds the rows for a later try."""
-    try:
-        with db:
-            db.execute("BEGIN")
+class _Database:
+    """A private temporary database (see the module's docstring), in memory once SQLite could
+    not write to its folder: `in_memory`, and why (`error`)."""
+
+    def __init__(self, schema: str) -> None:
+        import sqlite3  # a leader's alone: not every command's start-up (~3 ms)
+
+        self.error: str | None = None
+        try:
+            self.connection = _connect("", schema)
+        except sqlite3.OperationalError as error:  # no room for even the tables
+            self.error = str(error)
+            self.connection = _connect(":memory:", schema)
+
+    @property
+    def in_memory(self) -> bool:
+        return self.error is not None
+
+    def execute(self, sql: str, parameters: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        """A query (which may need room on the disk too: a sort too big for the cache)."""
+        import sqlite3
+
+        try:
+            return self.connection.execute(sql, parameters)
+        except sqlite3.OperationalError as error:
+            self._move(error)
+            return self.connection.execute(sql, parameters)
+
+    def write(self, *statements: tuple[str, list[tuple[Any, ...]]]) -> None:
+        """Run each statement over its rows, in one transaction."""
+        import sqlite3
+
+        try:
+            self._write(statements)
+        except sqlite3.OperationalError as error:
+            self._move(error)
+            self._write(statements)
+
+    def _write(self, statements: tuple[tuple[str, list[tuple[Any, ...]]], ...]) -> None:
+        with self.connection:
+            self.connection.execute("BEGIN")
             for statement, rows in statements:
-                db.executemany(statement, rows)
-    except db.Error:  # the module's, as the connection names it
-        return False
-    return True
+                self.connection.executemany(statement, rows)
+
+    def _move(self, error: Exception) -> None:
+        """Into memory, whole (the failed transaction rolled back), or `error` again if the
+        database is in memory already."""
+        import sqlite3
+
+        if self.in_memory:
+            raise error
+        self.error = str(error)
+        moved = _connect(":memory:", "")
+        try:
+            self.connection.backup(moved)  # a read of what is on the disk and in the cache
+        except sqlite3.Error:
+            moved.close()
+            raise SpillLost(error) from error
+        self.connection.close()
+        self.connection = moved
 
 
-def _connect(schema: str) -> sqlite3.Connection:
-    """A private temporary database with `schema` (see the module's docstring)."""
-    import sqlite3  # a leader's alone: not every command's start-up (~3 ms)
+class SpillLost(RuntimeError):
+    """SQLite could write no more to its temporary folder, and cannot read back what it had
+    written there."""
 
-    db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+    def __init__(self, error: Exception) -> None:
+        super().__init__(
+            f"SQLite's temporary folder ({temporary_folder()}) has no room ({error}): the "
+            "leader's index of the messages it let go of is lost. Free space there, or set "
+            "SQLITE_TMPDIR to a folder with room, then `crew resume` the run."
+        )
+
+
+def temporary_folder() -> str:
+    """Where SQLite puts its temporary files (its unix VFS: the first of these it may use)."""
+    for name in ("SQLITE_TMPDIR", "TMPDIR"):
+        folder = os.environ.get(name)
+        if folder and os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    return next((f for f in ("/var/tmp", "/usr/tmp", "/tmp") if os.access(f, os.W_OK)), ".")
+
+
+def _connect(name: str, schema: str) -> sqlite3.Connection:
+    """A private database with `schema`: temporary (`""`) or in memory (`":memory:"`)."""
+    import sqlite3
+
+    db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
     db.executescript(_PRAGMAS + schema)
     return db
 
