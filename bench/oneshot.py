@@ -12,7 +12,8 @@ The leader reads them as any appended line, and is left to settle before timing 
 
 `crew status RUN --json`, `crew steer RUN t1 x`, `crew follow-up RUN t1 x`, and the same
 follow-up under an idempotency key no message carried yet (a new key each time, as a script
-that retries gives each new request), then run for every size in turn, round after round, each
+that retries gives each new request) and under one key throughout (each run after the first a
+retry, replayed), then run for every size in turn, round after round, each
 started fresh by the spawner (bench/spawner.py): wall time from spawn to exit, and the peak RSS
 of the command alone. The round before the timed ones builds the indexes a long run without
 them is read into once (docs/design.md, "The pending index"). The live worker acknowledges what is
@@ -67,6 +68,10 @@ COMMANDS = {
     "crew follow-up RUN TASK x --idempotency-key NEW": (
         *("follow-up", "{run}", "t1", "x"),
         *("--idempotency-key", "{key}"),
+    ),
+    "crew follow-up RUN TASK x --idempotency-key SAME (replayed)": (
+        *("follow-up", "{run}", "t1", "x"),
+        *("--idempotency-key", "retried"),
     ),
 }
 

@@ -865,17 +865,18 @@ def test_what_the_fast_path_leaves_to_the_full_command(
 
 @pytest.mark.parametrize("first", ["full", "fast"])
 @pytest.mark.parametrize("index", ["kept", "lost", "behind"])
-def test_a_key_a_message_carried_is_the_full_commands_to_replay_or_refuse(
+def test_a_key_a_message_carried_is_replayed_or_left_to_the_full_command_to_refuse(
     make_run: MakeRun, capsys: pytest.CaptureFixture[str], first: str, index: str
 ) -> None:
     """Whichever command sent the keyed message, and whatever became of the indexes, a send
-    under the same key writes nothing on the fast path: a retry is replayed and another request
-    refused, by the full command."""
+    under the same key writes nothing on the fast path: a retry of the same request is replayed,
+    another request left to the full command, which refuses it."""
     from crew import verbs
 
     store = make_run()
     start(store)
     root = str(store.paths.home.root)
+    sent = ["follow-up", "latest", "plan", "x", "--idempotency-key", "k1", "--home", root]
     if index == "behind":  # the indexes saved before the keyed message was written
         assert (
             fast.fast(
@@ -884,12 +885,7 @@ def test_a_key_a_message_carried_is_the_full_commands_to_replay_or_refuse(
             == 0
         )
     if first == "fast":
-        assert (
-            fast.fast(
-                ["follow-up", "latest", "plan", "x", "--idempotency-key", "k1", "--home", root]
-            )
-            == 0
-        )
+        assert fast.fast(sent) == 0
     else:
         verbs.follow_up(store, "plan", "x", idempotency_key="k1", session=SESSION)
     if index == "lost":
@@ -899,20 +895,84 @@ def test_a_key_a_message_carried_is_the_full_commands_to_replay_or_refuse(
     runfiles.wrote = False  # each command below a fresh process
 
     for args in [
-        ("follow-up", "latest", "plan", "x"),  # the same request: a replay
         ("follow-up", "latest", "plan", "other"),  # another body under the key
         ("steer", "latest", "plan", "x"),  # another box, another kind
         ("follow-up", "latest", "build", "x"),
     ]:
         _refused(store, *args, "--idempotency-key", "k1")
-    sent = verbs.follow_up(store, "plan", "x", idempotency_key="k1", session=SESSION)
-    assert sent.replayed
+    before = snapshot_files(store.paths.home.root / "state")
+    assert fast.fast(sent) == 0
+    assert capsys.readouterr().out.startswith("Already sent as msg_")
+    assert fast.fast([*sent, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["replayed"] is True
+    assert {
+        k: v
+        for k, v in snapshot_files(store.paths.home.root / "state").items()
+        if "/.runtime/" not in k
+    } == {k: v for k, v in before.items() if "/.runtime/" not in k}
     keyed = [
         m
         for m in RunStore(store.paths).history(Box.INBOX)
         if (m.data or {}).get("idempotencyKey") == "k1"
     ]
     assert len(keyed) == 1
+
+
+@pytest.mark.parametrize("then", ["pending", "delivered", "acknowledged", "changed twice"])
+@pytest.mark.parametrize("output", [(), ("--json",), ("-q",)])
+@pytest.mark.parametrize("leader", [True, False])
+def test_a_replay_prints_what_the_full_command_prints(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    then: str,
+    output: tuple[str, ...],
+    leader: bool,
+) -> None:
+    from crew import verbs
+    from crew.domain import mailbox as mail
+
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "before", session=SESSION)
+    message = verbs.steer(store, "plan", "Use the cache", idempotency_key="r1", session=SESSION)
+    inside = f'mentions {{"id":"{message.message.id}"}} inside'
+    verbs.steer(store, "plan", inside, session=SESSION)
+    if then != "pending":
+        with change(store) as txn:
+            mail.deliver(txn, [message.message], attempt=1)
+    if then in {"acknowledged", "changed twice"}:
+        with change(store) as txn:
+            mail.acknowledge(txn, "plan", message.message.id)
+    if then == "changed twice":
+        with change(store) as txn:
+            mail.decide(txn, "plan", {"action": "noted", "focus": message.message.id})
+    if leader:
+        _alive(store)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(
+        cli,
+        capsys,
+        "steer",
+        twins.run_id,
+        "plan",
+        "Use the cache",
+        "--idempotency-key",
+        "r1",
+        *output,
+    )
+
+    assert (quick.code, quick.err) == (full.code, full.err) == (0, "")
+    assert quick.out == full.out
+    if "--json" in output:
+        status = {"changed twice": "acknowledged"}.get(then, then)
+        assert (json.loads(quick.out)["status"], json.loads(quick.out)["replayed"]) == (
+            status,
+            True,
+        )
+    twins.same_files()
 
 
 def test_a_worker_is_the_full_commands_to_check(

@@ -88,18 +88,36 @@ def _lines(path: str) -> list[dict[str, Any]]:
         raise Fallback from None
     if data and not data.endswith(b"\n"):
         raise Fallback  # cut short: the full command reads around it
-    found = []
-    for raw in data.splitlines():
-        line = json.loads(raw)
-        if not isinstance(line, dict) or line.get("status") not in MESSAGE_STATUSES:
-            raise Fallback
-        fields = MESSAGE_FIELDS if "body" in line else CHANGE_FIELDS
-        if [k for k in fields if k in line] != list(line):  # unknown or out of order
-            raise Fallback
-        if "body" in line and not line.keys() >= REQUIRED:
-            raise Fallback
-        found.append(line)
-    return found
+    return [checked(raw) for raw in data.splitlines()]
+
+
+def checked(raw: bytes) -> dict[str, Any]:
+    """A mailbox line as crew writes it: a whole message, or a change (Fallback otherwise)."""
+    line = json.loads(raw)
+    if not isinstance(line, dict) or line.get("status") not in MESSAGE_STATUSES:
+        raise Fallback
+    fields = MESSAGE_FIELDS if "body" in line else CHANGE_FIELDS
+    if [k for k in fields if k in line] != list(line):  # unknown or out of order
+        raise Fallback
+    if "body" in line and not line.keys() >= REQUIRED:
+        raise Fallback
+    return line
+
+
+def merged(base: dict[str, Any] | None, line: dict[str, Any]) -> dict[str, Any] | None:
+    """A message's state after `line` (crew/store/mailfile.py `Merger`), from its state before
+    (None: never seen); None for a change to a message never seen."""
+    if "body" in line:
+        return line
+    if base is None:
+        return None
+    changed = {f: line[f] for f in CHANGEABLE if f in line}
+    return {**base, "status": line["status"], **changed}
+
+
+def as_written(message: dict[str, Any]) -> dict[str, Any]:
+    """crew/models.py `MailboxMessage.to_dict` of a state: its fields in order, none null."""
+    return {key: message[key] for key in MESSAGE_FIELDS if message.get(key) is not None}
 
 
 def _histories(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -107,13 +125,9 @@ def _histories(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     latest: dict[str, dict[str, Any]] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
     for line in lines:
-        state = line
-        if "body" not in line:
-            base = latest.get(line["id"])
-            if base is None:
-                continue  # a change to a message never seen
-            changed = {f: line[f] for f in CHANGEABLE if f in line}
-            state = {**base, "status": line["status"], **changed}
+        state = merged(latest.get(line["id"]), line)
+        if state is None:
+            continue  # a change to a message never seen
         latest[state["id"]] = state
         histories.setdefault(state["id"], []).append(state)
     return histories
@@ -121,7 +135,7 @@ def _histories(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def _view(message: dict[str, Any], box: str, history: list[dict[str, Any]]) -> dict[str, Any]:
     """crew/results/reading.py `MessageView.to_json`."""
-    data = {key: message[key] for key in MESSAGE_FIELDS if message.get(key) is not None}
+    data = as_written(message)
     kept: list[dict[str, Any]] = []
     for line in history:  # the lines where the status changed
         if not kept or kept[-1]["status"] != line["status"]:

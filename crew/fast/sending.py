@@ -1,10 +1,11 @@
 """`crew steer`, `crew follow-up` and `crew nudge` without typer or pydantic: the gate of
 crew/domain/gate.py and the transaction of crew/store/txn.py for the common case — a person who
 owns the run, a task that takes the message, room in its queue, a run whose files need no
-recovery, an idempotency key no message carried yet — writing the same event and mailbox line
-crew/verbs.py writes. Every other case (a refusal, a warning, a key used before: a replay or a
-refusal, --force, a worker's credentials) is decided before anything is written, by falling back
-to the full command.
+recovery — writing the same event and mailbox line crew/verbs.py writes; and under an
+idempotency key, looked up in the key index (crew/store/pending.py), either a new message or the
+replay of the one a retried request sent. Every other case (a refusal, a warning, a key used for
+another request, --force, a worker's credentials) is decided before anything is written, by
+falling back to the full command.
 """
 
 from __future__ import annotations
@@ -99,47 +100,105 @@ def send(call: Call) -> int:
     with RunLock(files), _closing(keys):
         marker = files.clean()
         run, task = _admitted(files, verb, task_id, who, body)
-        if key is not None and _carried(keys, key):
-            raise Fallback  # a retry to replay, or a key to refuse: the full command's
-        limits = run["config"]["limits"]
+        prior = _carried(keys, key) if key is not None else None
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
-        room = limits[verb.limit] if verb.limit is not None else waiting + 1
-        if waiting + 1 > min(room, limits["warnPending"]):
-            raise Fallback  # room to make, or a warning to give
-        data: dict[str, Any] = {"session": who.name}
-        if verb.kind == "nudge":
-            data["source"] = "nudge"
-        if verb.kind == "respond":
-            contact = answering.question(task, body)
-            data.update(answering.message_data(contact))
-        if key is not None:
-            data["idempotencyKey"] = key
-        message = _message(verb, task_id, body, data)
-        event = _event(marker.seq + 1, run["runId"], verb, who, message)
-        if verb.kind == "respond":
-            closed, running = answering.answered(task, contact, message)
-            event["message"] = answering.event_text(task_id, contact, _short(body))
-            event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
-            _commit(files, marker, verb, event, message, running)
+        if prior is not None:
+            message = _replayed(*prior, verb, task_id, body)
         else:
-            _commit(files, marker, verb, event, message, None)
+            message = _sent(files, marker, verb, (run, task), who, body, key, waiting)
+            waiting += 1
         for each in keys:  # under the lock, as every use of a key index (crew/store/pending.py)
-            each.advance()  # and saved with the line just written
+            each.advance()  # and saved, with the line just written if there is one
     with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
         index.current()  # the pending index, saved with the line just written
     lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
-    _print(call, run["runId"], verb, message, waiting + 1, lease)
+    _print(call, run["runId"], verb, message, waiting, lease, replayed=prior is not None)
     return 0
 
 
-def _carried(keys: list[KeyIndex], key: str) -> bool:
-    """Whether a message of the run carried `key` already."""
+def _sent(
+    files: RunFiles,
+    marker: Marker,
+    verb: Verb,
+    state: tuple[dict[str, Any], dict[str, Any]],
+    who: people.Session,
+    body: str,
+    key: str | None,
+    waiting: int,
+) -> dict[str, Any]:
+    """The new message, written (Fallback first if the full command would make room or warn)."""
+    run, task = state
+    task_id = task["id"]
+    limits = run["config"]["limits"]
+    room = limits[verb.limit] if verb.limit is not None else waiting + 1
+    if waiting + 1 > min(room, limits["warnPending"]):
+        raise Fallback  # room to make, or a warning to give
+    data: dict[str, Any] = {"session": who.name}
+    if verb.kind == "nudge":
+        data["source"] = "nudge"
+    if verb.kind == "respond":
+        contact = answering.question(task, body)
+        data.update(answering.message_data(contact))
+    if key is not None:
+        data["idempotencyKey"] = key
+    message = _message(verb, task_id, body, data)
+    event = _event(marker.seq + 1, run["runId"], verb, who, message)
+    if verb.kind == "respond":
+        closed, running = answering.answered(task, contact, message)
+        event["message"] = answering.event_text(task_id, contact, _short(body))
+        event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
+        _commit(files, marker, verb, event, message, running)
+    else:
+        _commit(files, marker, verb, event, message, None)
+    return message
+
+
+def _carried(keys: list[KeyIndex], key: str) -> tuple[str, str, int] | None:
+    """The message of the run that first carried `key`, as crew/domain/mailbox.py `with_key`
+    finds it (its mailbox file, its id, where the line that carried the key begins); None if no
+    message did."""
     for index in keys:
         index.advance(save=False)
-        if index.carried(key) is not None:
-            return True
-    return False
+        found = index.carried(key)
+        if found is not None:
+            return (index.mailbox, *found)
+    return None
+
+
+def _replayed(
+    path: str, message_id: str, at: int, verb: Verb, task_id: str, body: str
+) -> dict[str, Any]:
+    """crew/domain/gate.py `replay`: the message an earlier request under the key sent, as it
+    is now, when this request is the same one (Fallback otherwise: a refusal to explain, a
+    secret answer, a line the fast path does not read). Read from the line that carried the
+    key on, taking only that message's lines: a retry comes soon after its first try."""
+    from crew.fast.mailbox import as_written, checked, merged
+
+    with open(path, "rb") as handle:
+        handle.seek(at)
+        data = handle.read()
+    data = data[: data.rfind(b"\n") + 1]  # a line being written is not yet the message's
+    needle = b'"id":"%s"' % message_id.encode()
+    state: dict[str, Any] | None = None
+    found = data.find(needle)
+    while found >= 0:
+        start, stop = data.rfind(b"\n", 0, found) + 1, data.index(b"\n", found) + 1
+        line = checked(data[start:stop])
+        if line["id"] == message_id:  # not one that names it inside (a decision's focus)
+            state = merged(state, line)
+            if state is None:
+                raise Fallback  # its first line is before the key's: the full command's
+        found = data.find(needle, stop)
+    if state is None or (state["kind"], state["taskId"], state["body"]) != (
+        verb.kind,
+        task_id,
+        body,
+    ):
+        raise Fallback
+    if (state.get("data") or {}).get("secret") or _formats_apart(state):
+        raise Fallback
+    return as_written(state)
 
 
 @contextlib.contextmanager
@@ -269,6 +328,8 @@ def _print(
     message: dict[str, Any],
     pending: int,
     lease: people.Lease,
+    *,
+    replayed: bool,
 ) -> None:
     """crew/render.py's view of crew/results/sending.py `Sent`."""
     if "--json" in call.options:
@@ -276,7 +337,7 @@ def _print(
             {
                 **message,
                 "runId": run_id,
-                "replayed": False,
+                "replayed": replayed,
                 "dropped": [],
                 "pending": pending,
                 "leader": lease.state,
@@ -286,8 +347,11 @@ def _print(
         return
     if "--quiet" in call.options or "-q" in call.options:
         return  # crew/render.py `emit`: no text view, and a `Sent` keeps nothing of it
-    out(f"Sent {verb.noun} {message['id']} to {message['taskId']} in run {run_id}.")
-    if lease.state != people.ALIVE:
+    if replayed:
+        out(f"Already sent as {message['id']} (same idempotency key): nothing new was written.")
+    else:
+        out(f"Sent {verb.noun} {message['id']} to {message['taskId']} in run {run_id}.")
+    if lease.state != people.ALIVE and message["status"] == "pending":
         out(
             "No leader is running: it is delivered once one leads the run "
             f"(`crew resume {run_id}`)."

@@ -53,6 +53,10 @@ class BadLine(ValueError):
     """A line that is not a mailbox record: the caller's to report (the index is left as is)."""
 
 
+class Unreadable(ValueError):
+    """An index that cannot be read now: the caller's to do without."""
+
+
 class BoxIndex:
     """What the lines of one mailbox file say, up to the byte offset `size` it covers: each
     kind of index folds a line its own way (`_fold`), and keeps what it folded its own way."""
@@ -104,7 +108,8 @@ class BoxIndex:
         """The file is not the one the index read: start again from its first byte."""
         self.size, self._saved = 0, 0
 
-    def _fold(self, line: bytes) -> None:
+    def _fold(self, line: bytes, start: int) -> None:
+        """Take in a line, which begins at byte `start` of the file."""
         raise NotImplementedError
 
     def _covers(self, fd: int, inode: int) -> bool:
@@ -120,8 +125,11 @@ class BoxIndex:
             return
         data = os.pread(fd, end - self.size, self.size)
         whole = data.rfind(b"\n") + 1
-        for line in data[:whole].splitlines():
-            self._fold(line)
+        at = 0
+        while at < whole:
+            stop = data.index(b"\n", at) + 1
+            self._fold(data[at:stop], self.size + at)
+            at = stop
         self.size += whole
         start = max(0, self.size - _GUARD)
         self._guard = zlib.crc32(os.pread(fd, self.size - start, start))
@@ -165,7 +173,7 @@ class PendingIndex(BoxIndex):
         super()._forget()
         self.pending = {}
 
-    def _fold(self, line: bytes) -> None:
+    def _fold(self, line: bytes, start: int) -> None:
         record = self._record(line)
         if record is None:
             return
@@ -225,13 +233,16 @@ _KEY_PRAGMAS = """
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
 """
-#: The key index's tables: what it covers (one row), and each key with its first message.
+#: The key index's tables: what it covers (one row), and each key with its first message and
+#: where the line that carried it begins.
 _KEY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS covered (
     one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER, size INTEGER, inode INTEGER,
     guard INTEGER
 );
-CREATE TABLE IF NOT EXISTS key (name TEXT PRIMARY KEY, id TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS key (
+    name TEXT PRIMARY KEY, id TEXT NOT NULL, at INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 
 
@@ -246,16 +257,22 @@ class KeyIndex(BoxIndex):
 
     def __init__(self, mailbox: str, index: str) -> None:
         super().__init__(mailbox, index)
-        self.new: dict[str, str] = {}
+        self.new: dict[str, tuple[str, int]] = {}
         self._db: sqlite3.Connection | None = None
         self._stale = False  # the saved keys are of a file that is no longer there
 
-    def carried(self, key: str) -> str | None:
-        """The message that first carried `key` (None if none did), once `advance`d."""
+    def carried(self, key: str) -> tuple[str, int] | None:
+        """The message that first carried `key`, and where the line that carried it begins
+        (None if none did), once `advance`d. Unreadable if the database cannot say."""
+        import sqlite3
+
         if self._db is not None and not self._stale:
-            row = self._db.execute("SELECT id FROM key WHERE name = ?", (key,)).fetchone()
+            try:
+                row = self._db.execute("SELECT id, at FROM key WHERE name = ?", (key,)).fetchone()
+            except sqlite3.Error as error:
+                raise Unreadable(str(error)) from None
             if row is not None:
-                return str(row[0])
+                return str(row[0]), int(row[1])
         return self.new.get(key)
 
     def close(self) -> None:
@@ -267,7 +284,7 @@ class KeyIndex(BoxIndex):
         super()._forget()
         self.new, self._stale = {}, True
 
-    def _fold(self, line: bytes) -> None:
+    def _fold(self, line: bytes, start: int) -> None:
         record = self._record(line)
         data = None if record is None else record.get("data")
         if data is None or record is None:
@@ -278,7 +295,7 @@ class KeyIndex(BoxIndex):
         if key is not None:
             if not isinstance(key, str):
                 raise BadLine(line[:80])
-            self.new.setdefault(key, record["id"])  # one the database holds keeps its own
+            self.new.setdefault(key, (record["id"], start))  # one the database holds keeps its own
 
     def _load(self) -> None:
         """The saved keys, if there is a database (a lookup creates none: a command that falls
@@ -328,7 +345,10 @@ class KeyIndex(BoxIndex):
             try:
                 if self._stale:
                     db.execute("DELETE FROM key")
-                db.executemany("INSERT OR IGNORE INTO key VALUES (?, ?)", self.new.items())
+                db.executemany(
+                    "INSERT OR IGNORE INTO key VALUES (?, ?, ?)",
+                    [(key, id_, at) for key, (id_, at) in self.new.items()],
+                )
                 db.execute(
                     "INSERT OR REPLACE INTO covered VALUES (1, ?, ?, ?, ?)",
                     (VERSION, self.size, self._inode, self._guard),
