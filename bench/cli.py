@@ -11,6 +11,7 @@ before each timed `crew respond` the task is waiting again; that wait is not tim
 nudge with a status and acknowledges every frame. `crew wait` waits on a second run that has
 already finished. The other commands read the live run. `crew run` leads a crew of one trivial
 task to its end, in a home of its own, on the fast path and through typer (`CREW_FAST=0`).
+`crew add`, `crew handoff` and `crew cancel` act on runs no leader leads, in a home of their own.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Row, ms, spread
 from bench.crews import (
     PYTHON,
+    SESSION,
     crew_argv,
     crew_env,
     detached_run,
@@ -33,6 +36,9 @@ from bench.crews import (
     write_script,
 )
 from bench.spawner import Command, Spawned, interleaved, spawner
+from crew import verbs
+from crew.config import load_config
+from crew.domain.runs import create_run
 from crew.registry import TaskStatus
 from crew.waiting import Until, wait_for_run
 
@@ -97,6 +103,14 @@ OTHER = {
     "crew --version": ("--version",),
     "crew --help": ("--help",),
 }
+#: Commands that change a run, on runs of their own no leader leads (in a home of their own, so
+#: the runs they make do not lengthen the others' lists): `add` to one, `handoff` of another
+#: (handed back, untimed, before each), `cancel` of a new run each time.
+ADMIN = {
+    "crew add RUN PROMPT --agent w": ("add", "{idle}", "more work", "--agent", "w"),
+    "crew handoff RUN SESSION": ("handoff", "{given}", "other@bench"),
+    "crew cancel RUN": ("cancel", "{fresh}"),
+}
 #: A leader's start-up, with its one trivial worker's run: the fast path against typer.
 LEAD = "crew run CREW_TOML (1 trivial task)"
 LEAD_TYPER = "crew run CREW_TOML (1 trivial task), through typer"
@@ -117,13 +131,39 @@ def _finished_run(folder: Path, home_env: dict[str, str]) -> str:
     return new_run(home).run_id
 
 
+def _admin(
+    folder: Path, crew_toml: Path, env: dict[str, str], commands: dict[str, Command]
+) -> dict[str, Callable[[], object]]:
+    """The ADMIN commands, added to `commands`, and what each needs done before it."""
+    where = folder / "admin"
+    where.mkdir()
+    home = new_home(where)
+    definition = load_config(crew_toml)
+    idle, given = (create_run(home, definition, crew_dir=folder, session=SESSION) for _ in "ab")
+    admin_env = {**env, "CREW_HOME": str(home.root)}
+    for key, argv in ADMIN.items():
+        args = [arg.format(idle=idle.run_id, given=given.run_id, fresh="") for arg in argv]
+        commands[key] = Command(crew_argv(*args), admin_env, where)
+    cancel = commands["crew cancel RUN"].argv
+
+    def fresh_run() -> None:
+        cancel[-1] = create_run(home, definition, crew_dir=folder, session=SESSION).run_id
+
+    def owned() -> None:
+        if given.state().run.owner_session_id != SESSION:
+            verbs.handoff(given, SESSION, session="other@bench")
+
+    return {"crew cancel RUN": fresh_run, "crew handoff RUN SESSION": owned}
+
+
 def _rows(runs: dict[str, list[Spawned]]) -> list[Row]:
     floor = statistics.median(r.seconds for r in runs[FLOOR])
     rows = []
     for key, samples in runs.items():
         seconds = [r.seconds for r in samples]
         median = statistics.median(seconds)
-        goal = "≤ 0.3× typer floor" if key in HOT else "≤ 1.0× typer floor" if key in OTHER else ""
+        other = key in OTHER or key in ADMIN
+        goal = "≤ 0.3× typer floor" if key in HOT else "≤ 1.0× typer floor" if other else ""
         if key == LEAD:
             typer_median = statistics.median(r.seconds for r in runs[LEAD_TYPER])
             goal = f"{median / typer_median:.2f}× through typer"
@@ -178,7 +218,6 @@ def run(quick: bool = False) -> list[Row]:
             def waiting() -> None:
                 wait_for_run(live.store, Until.WAITING, task_id="t1", timeout=30)
 
-            runs = interleaved(
-                spawn, commands, rounds=rounds, setup={"crew respond RUN TASK x": waiting}
-            )
+            setup = {"crew respond RUN TASK x": waiting, **_admin(folder, crew_toml, env, commands)}
+            runs = interleaved(spawn, commands, rounds=rounds, setup=setup)
     return _rows(runs)
