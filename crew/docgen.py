@@ -64,7 +64,7 @@ to the log — the log's size after it, and when the newest of its bytes was rea
 first record whose end reaches the line's end, a line past the last record has the log's \
 modification time (docs/design.md, "crew logs") |
 | `.runtime/leader.json` | [leader](#leader) |
-| `.runtime/applied`, `.runtime/<box>.pending.json`, `.runtime/<box>.keys.json` | caches of \
+| `.runtime/applied`, `.runtime/<box>.pending.json`, `.runtime/<box>.keys.sqlite` | caches of \
 what the files above say, rebuilt when missing or stale (docs/design.md: the applied marker, \
 the pending index, idempotency keys indexed) |
 | `.runtime/tasks/<taskId>.json`, `.runtime/leader.spare.json` | a task's snapshot, and the \
