@@ -93,6 +93,12 @@ def check_session(value: str, source: str = "") -> str:
     return _check_text_id(value, "session id", source)
 
 
+def check_session_option(session: str | None) -> None:
+    """--session is one line of printable text (exit 2), checked before any run is looked up."""
+    if session is not None:
+        check_session(session, "--session")
+
+
 def check_idempotency_key(value: str, source: str = "--idempotency-key") -> str:
     """An idempotency key: one line of printable characters, never empty or over-long."""
     return _check_text_id(value, "idempotency key", source)

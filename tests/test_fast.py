@@ -88,7 +88,8 @@ class Twins:
             for p in (self.full / "state" / "runs" / self.run_id / "tasks").iterdir()
         ]
         assert tasks
-        for name in ("events.jsonl", "mailbox/inbox.jsonl", "mailbox/steering.jsonl", *tasks):
+        boxes = ("mailbox/inbox.jsonl", "mailbox/steering.jsonl")
+        for name in ("events.jsonl", "manifest.json", *boxes, *tasks):
             a, b = (home / "state" / "runs" / self.run_id / name for home in (self.full, self.fast))
             assert _normal(a.read_bytes() if a.exists() else b"") == _normal(
                 b.read_bytes() if b.exists() else b""
@@ -851,7 +852,12 @@ def _refused(store: RunStore, *args: str) -> None:
         ("runs", "--jq", ".[]"),
         ("runs", "latest"),
         ("respond", "latest", "plan", "x"),  # it asked nothing
-        ("cancel", "latest"),
+        ("cancel", "latest", "--jq", ".tasks"),
+        ("cancel", "latest", "--grace=1s"),
+        ("add", "latest", "more"),  # no --agent: the full command says it is missing
+        ("add", "latest", "-", "--agent", "coder"),  # the prompt on stdin
+        ("add", "latest", "x", "--agent", "coder", "--depends-on", "plan", "--depends-on", "build"),
+        ("handoff", "latest"),
         ("--version", "--help"),
     ],
 )
@@ -973,6 +979,57 @@ def test_a_replay_prints_what_the_full_command_prints(
             True,
         )
     twins.same_files()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("add", "RUN", "More work\nin detail", "--agent", "coder"),
+        ("add", "RUN", "more", "--agent", "coder", "--json"),
+        ("add", "RUN", "more", "--agent", "coder", "-q"),
+        ("add", "RUN", "x", "--agent", "coder", "--id", "extra", "--depends-on", "plan",
+         "--title", "An extra", "--idempotency-key", "add-1", "--json"),
+        ("add", "RUN", "x", "--agent", "nobody"),  # no such agent: 5
+        ("add", "RUN", "x", "--agent", "coder", "--id", "plan"),  # taken: 4
+        ("add", "RUN", "x", "--agent", "coder", "--id", "Bad/Id"),  # 2
+        ("add", "RUN", "x", "--agent", "coder", "--session", "intruder@ci"),  # not the owner: 4
+        ("handoff", "RUN", "other@ci"),
+        ("handoff", "RUN", "other@ci", "--json"),
+        ("handoff", "RUN", "two\nlines"),
+        ("handoff", "RUN", "other@ci", "--session", "intruder@ci", "--force", "-q"),
+        ("cancel", "RUN"),
+        ("cancel", "RUN", "plan", "--json"),
+        ("cancel", "RUN", "--grace", "1s", "-q"),
+        ("cancel", "RUN", "--grace", "forever"),  # 2
+        ("cancel", "RUN", "nope"),  # 5
+        ("cancel", "1999"),  # no such run: 5
+    ],
+)  # fmt: skip
+def test_add_handoff_and_cancel_do_what_the_full_commands_do(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    twins = Twins(store, tmp_path)
+    command, run, *rest = args
+
+    full, quick = twins.both(cli, capsys, command, twins.run_id if run == "RUN" else run, *rest)
+
+    assert (quick.code, _normal(quick.err.encode(), twins.fast)) == (
+        full.code,
+        _normal(full.err.encode(), twins.full),
+    )
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    fast_store = RunStore.open(Home(twins.fast), twins.run_id)
+    assert fast_store.load().clean
+    assert fast_store.paths.events.read_bytes().count(b"\n") == (
+        RunStore.open(Home(twins.full), twins.run_id).paths.events.read_bytes().count(b"\n")
+    )
 
 
 def test_a_worker_is_the_full_commands_to_check(

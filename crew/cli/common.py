@@ -178,14 +178,6 @@ def actor_for(session: str | None, home: Home) -> Actor:
     return current_actor(session, home=home.root)
 
 
-def check_session_option(session: str | None) -> None:
-    """--session is one line of printable text (exit 2), checked before any run is looked up."""
-    if session is not None:
-        from crew.ids import check_session
-
-        check_session(session, "--session")
-
-
 def run_app(app: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the typer app; map CrewError to its exit code, hide tracebacks unless CREW_DEBUG=1."""
     from crew.output import reset

@@ -17,11 +17,11 @@ from crew.cli.common import (
     SessionOption,
     TaskOption,
     actor_for,
-    check_session_option,
     complete_task,
     home_from,
     open_run,
 )
+from crew.ids import check_session_option
 from crew.output import Color
 from crew.registry import Box, MessageStatus, RunStatus
 

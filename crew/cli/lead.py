@@ -19,11 +19,11 @@ from crew.cli.common import (
     SessionOption,
     TaskOption,
     actor_for,
-    check_session_option,
     complete_task,
     json_or_jq,
     open_run,
 )
+from crew.ids import check_session_option
 from crew.output import Color
 
 DetachOption = Annotated[

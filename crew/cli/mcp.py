@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from crew.cli.common import HomeOption, SessionOption, check_session_option, home_from
+from crew.cli.common import HomeOption, SessionOption, home_from
+from crew.ids import check_session_option
 
 
 def mcp(

@@ -20,11 +20,11 @@ from crew.cli.common import (
     SessionOption,
     TaskArgument,
     actor_for,
-    check_session_option,
     complete_task,
     open_run,
 )
 from crew.clock import option_duration
+from crew.ids import check_session_option
 
 if TYPE_CHECKING:
     from crew.results.sending import Sent
@@ -248,18 +248,9 @@ def cancel(
     home: HomeOption = None,
 ) -> int:
     """Cancel a task or the whole run: reject what was pending, stop the workers."""
-    from crew import verbs
-    from crew.ids import check_task_id
-    from crew.render import emit
+    from crew.fast.changing import cancel_run
 
-    if task is not None:
-        check_task_id(task)
-    seconds = option_duration(grace, "--grace") or 0.0
-    check_session_option(session)
-    store = open_run(run, home)
-    who = actor_for(session, store.paths.home)
-    result = verbs.cancel(store, task, session=who, force=force, grace=seconds)
-    return emit(result, json=json)
+    return cancel_run(run, task, grace=grace, force=force, session=session, json=json, home=home)
 
 
 def handoff(
@@ -275,15 +266,9 @@ def handoff(
     home: HomeOption = None,
 ) -> int:
     """Give ownership of a run to another session."""
-    from crew import verbs
-    from crew.ids import check_session
-    from crew.render import emit
+    from crew.fast.changing import hand_off
 
-    check_session(to, "SESSION")
-    check_session_option(session)
-    store = open_run(run, home)
-    who = actor_for(session, store.paths.home)
-    return emit(verbs.handoff(store, to, session=who, force=force), json=json)
+    return hand_off(run, to, force=force, session=session, json=json, home=home)
 
 
 def add(
@@ -302,31 +287,21 @@ def add(
     home: HomeOption = None,
 ) -> int:
     """Add a task to a run that has not ended (it starts once its dependencies complete)."""
-    from crew import verbs
-    from crew.domain.adding import NewTask, check_request
-    from crew.ids import check_idempotency_key
-    from crew.render import emit
+    from crew.fast.changing import add_task
 
-    text = _read_body(prompt, "prompt")
-    deps = tuple(depends_on or ())
-    check_request(NewTask(agent, text, task_id, deps, title=title))
-    check_session_option(session)
-    if idempotency_key is not None:
-        check_idempotency_key(idempotency_key)
-    store = open_run(run, home)
-    who = actor_for(session, store.paths.home)
-    added = verbs.add_task(
-        store,
+    return add_task(
+        run,
+        _read_body(prompt, "prompt"),
         agent=agent,
-        prompt=text,
         task_id=task_id,
-        depends_on=deps,
-        session=who,
-        force=force,
-        idempotency_key=idempotency_key,
+        depends_on=depends_on or (),
         title=title,
+        idempotency_key=idempotency_key,
+        force=force,
+        session=session,
+        json=json,
+        home=home,
     )
-    return emit(added, json=json)
 
 
 # ----------------------------------------------------------------------------- shared steps

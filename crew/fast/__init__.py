@@ -1,8 +1,8 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
 most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
 `schema`, `--version`, and a `wait` whose condition already holds; and `doctor`, `validate`,
-`run` and `resume` without typer (crew/fast/doctor.py, validating.py, leading.py: they need the
-models).
+`run`, `resume`, `add`, `handoff` and `cancel` without typer (crew/fast/doctor.py,
+validating.py, leading.py, changing.py: they need the models).
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -51,6 +51,9 @@ RUNNERS: dict[str, tuple[str, str]] = {
     "run": ("crew.fast.leading", "run"),
     "resume": ("crew.fast.leading", "resume"),
     "validate": ("crew.fast.validating", "validate"),
+    "add": ("crew.fast.changing", "add"),
+    "handoff": ("crew.fast.changing", "handoff"),
+    "cancel": ("crew.fast.changing", "cancel"),
     **dict.fromkeys(("steer", "follow-up", "nudge", "respond"), ("crew.fast.sending", "send")),
 }
 

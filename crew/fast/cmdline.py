@@ -90,6 +90,25 @@ SPECS: dict[str, Spec] = {
         values=_SEND_VALUES,
         slow=_SEND_SLOW | {"--contact"},
     ),
+    "add": Spec(
+        ("run", "prompt"),
+        flags=_SEND_FLAGS | {"--force"},
+        values=_SEND_VALUES | {"--agent", "--id", "--depends-on", "--title"},
+        slow=frozenset({"--jq"}),
+    ),
+    "handoff": Spec(
+        ("run", "to"),
+        flags=_SEND_FLAGS | {"--force"},
+        values=frozenset({"--home", "--session"}),
+        slow=frozenset({"--jq"}),
+    ),
+    "cancel": Spec(
+        ("run",),
+        optional=("task",),
+        flags=_SEND_FLAGS | {"--force"},
+        values=frozenset({"--home", "--session", "--grace"}),
+        slow=frozenset({"--jq"}),
+    ),
     "logs": Spec(
         ("run",),
         rest="tasks",

@@ -93,14 +93,13 @@ def start_and_lead(
 ) -> int:
     """Start a run of the crew and lead it: the body of `crew run`."""
     from crew.clock import option_duration
-    from crew.ids import check_session
+    from crew.ids import check_session_option
     from crew.leader import LeadOptions, start_run
     from crew.paths import home_for_run
     from crew.session import current_actor
 
     run_timeout = option_duration(timeout, "--timeout")
-    if session is not None:  # checked before any run is looked up
-        check_session(session, "--session")
+    check_session_option(session)  # checked before any run is looked up
     crew_home = home_for_run(crew_toml, explicit=home)
     who = current_actor(session, home=crew_home.root)
     config_path = crew_toml if crew_toml is not None else crew_home.config_file
@@ -121,14 +120,13 @@ def resume_and_lead(
     no_input: bool,
 ) -> int:
     """Lead an interrupted run again: the body of `crew resume`."""
-    from crew.ids import check_session
+    from crew.ids import check_session_option
     from crew.leader import LeadOptions
     from crew.paths import find_home
     from crew.session import current_actor
     from crew.store.runstore import RunStore
 
-    if session is not None:
-        check_session(session, "--session")
+    check_session_option(session)
     store = RunStore.open(find_home(explicit=home), run)
     who = current_actor(session, home=store.paths.home.root)
     options = LeadOptions(resume=True, force=force)

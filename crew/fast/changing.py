@@ -1,0 +1,177 @@
+"""`crew add`, `crew handoff` and `crew cancel` without typer: their command lines read from the
+fast path's table (crew/fast/cmdline.py), then the bodies below, which the typer commands
+(crew/cli/send.py) run too.
+
+Like `doctor`, they need pydantic: their work is transactions through crew's models. What they
+are spared is typer, click and the adapters typer builds for each option (docs/performance.md:
+`add`, `handoff` and `cancel` measured). Once the command line is read, nothing goes back to
+the full command (`runfiles.wrote`): a transaction may have been made by then, and must not be
+made twice. Every error is then mapped to its exit code by crew/fast `fast`, as the full command
+maps it.
+"""
+
+from __future__ import annotations
+
+from crew.fast import pause_collector, resume_collector, runfiles
+from crew.fast.cmdline import Call, Fallback
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from crew.session import Actor
+    from crew.store.runstore import RunStore
+
+
+def add(call: Call) -> int:
+    """`crew add RUN PROMPT --agent AGENT` (crew/cli/send.py `add`)."""
+    agent = call.options.get("--agent")
+    if agent is None:
+        raise Fallback  # the typer command says the option is missing
+    _begin(call)
+    depends_on = call.options.get("--depends-on")
+    return add_task(
+        call.arguments["run"],
+        call.arguments["prompt"],
+        agent=agent,
+        task_id=call.options.get("--id"),
+        depends_on=() if depends_on is None else (depends_on,),
+        title=call.options.get("--title"),
+        idempotency_key=call.options.get("--idempotency-key"),
+        force="--force" in call.options,
+        session=call.options.get("--session"),
+        json="--json" in call.options,
+        home=call.options.get("--home"),
+    )
+
+
+def handoff(call: Call) -> int:
+    """`crew handoff RUN SESSION` (crew/cli/send.py `handoff`)."""
+    _begin(call)
+    return hand_off(
+        call.arguments["run"],
+        call.arguments["to"],
+        force="--force" in call.options,
+        session=call.options.get("--session"),
+        json="--json" in call.options,
+        home=call.options.get("--home"),
+    )
+
+
+def cancel(call: Call) -> int:
+    """`crew cancel RUN [TASK]` (crew/cli/send.py `cancel`)."""
+    _begin(call)
+    return cancel_run(
+        call.arguments["run"],
+        call.arguments.get("task"),
+        grace=call.options.get("--grace", "5s"),
+        force="--force" in call.options,
+        session=call.options.get("--session"),
+        json="--json" in call.options,
+        home=call.options.get("--home"),
+    )
+
+
+def _begin(call: Call) -> None:
+    """Import what the command needs (the collector paused: crew/fast `pause_collector`), take
+    --quiet as the typer command's callback takes it, and never hand over from here."""
+    runfiles.wrote = True
+    pause_collector()
+    try:
+        import crew.verbs  # noqa: F401  # the verbs, the domain and crew's models
+        from crew.output import SETTINGS
+        from crew.render import emit  # noqa: F401
+    finally:
+        resume_collector()
+    SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
+
+
+def add_task(
+    run: str,
+    prompt: str,
+    *,
+    agent: str,
+    task_id: str | None,
+    depends_on: Sequence[str],
+    title: str | None,
+    idempotency_key: str | None,
+    force: bool,
+    session: str | None,
+    json: bool,
+    home: str | Path | None,
+) -> int:
+    """Add a task to a run that has not ended: the body of `crew add` (`prompt` read already)."""
+    from crew import verbs
+    from crew.domain.adding import NewTask, check_request
+    from crew.ids import check_idempotency_key, check_session_option
+    from crew.render import emit
+
+    deps = tuple(depends_on)
+    check_request(NewTask(agent, prompt, task_id, deps, title=title))
+    check_session_option(session)
+    if idempotency_key is not None:
+        check_idempotency_key(idempotency_key)
+    store, who = _opened(run, home, session)
+    added = verbs.add_task(
+        store,
+        agent=agent,
+        prompt=prompt,
+        task_id=task_id,
+        depends_on=deps,
+        session=who,
+        force=force,
+        idempotency_key=idempotency_key,
+        title=title,
+    )
+    return emit(added, json=json)
+
+
+def hand_off(
+    run: str, to: str, *, force: bool, session: str | None, json: bool, home: str | Path | None
+) -> int:
+    """Give ownership of a run to another session: the body of `crew handoff`."""
+    from crew import verbs
+    from crew.ids import check_session, check_session_option
+    from crew.render import emit
+
+    check_session(to, "SESSION")
+    check_session_option(session)
+    store, who = _opened(run, home, session)
+    return emit(verbs.handoff(store, to, session=who, force=force), json=json)
+
+
+def cancel_run(
+    run: str,
+    task: str | None,
+    *,
+    grace: str,
+    force: bool,
+    session: str | None,
+    json: bool,
+    home: str | Path | None,
+) -> int:
+    """Cancel a task or the whole run: the body of `crew cancel`."""
+    from crew import verbs
+    from crew.clock import option_duration
+    from crew.ids import check_session_option, check_task_id
+    from crew.render import emit
+
+    if task is not None:
+        check_task_id(task)
+    seconds = option_duration(grace, "--grace") or 0.0
+    check_session_option(session)
+    store, who = _opened(run, home, session)
+    result = verbs.cancel(store, task, session=who, force=force, grace=seconds)
+    return emit(result, json=json)
+
+
+def _opened(run: str, home: str | Path | None, session: str | None) -> tuple[RunStore, Actor]:
+    """The run named on the command line, in the home --home names (or found), and who acts on
+    it: a worker acts as its task whatever --session says (crew/session.py)."""
+    from crew.paths import find_home
+    from crew.session import current_actor
+    from crew.store.runstore import RunStore
+
+    store = RunStore.open(find_home(explicit=home), run)
+    return store, current_actor(session, home=store.paths.home.root)
