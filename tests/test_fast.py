@@ -837,7 +837,8 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "latest", "plan", "x", "--idempotency-key="),
         ("steer", "latest", "plan", "x", "--idempotency-key", "two\nlines"),
         ("steer", "latest", "plan", "x", "--idempotency-key", "k" * 257),
-        ("steer", "latest", "plan", "x", "--wait"),
+        ("steer", "latest", "plan", "x", "--wait", "--timeout", "forever"),
+        ("steer", "latest", "plan", "x", "--wait", "--timeout", "-1s"),
         ("steer", "latest", "plan", "x", "--timeout=5s"),
         ("steer", "latest", "plan", "-"),
         ("steer", "latest", "plan", "x", "--unknown"),
@@ -1030,6 +1031,99 @@ def test_add_handoff_and_cancel_do_what_the_full_commands_do(
     assert fast_store.paths.events.read_bytes().count(b"\n") == (
         RunStore.open(Home(twins.full), twins.run_id).paths.events.read_bytes().count(b"\n")
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "then", "code"),
+    [
+        (("steer", "plan", "x", "--wait", "--timeout", "200ms"), None, 3),  # no leader delivers
+        (("follow-up", "plan", "x", "--wait-ack", "--timeout", "0.2", "--json"), None, 3),
+        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1"), "delivered", 0),
+        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1", "--json"), "acked", 0),
+        (("steer", "plan", "again", "--wait-ack", "--idempotency-key", "w1", "--timeout", "0.2s"),
+         "delivered", 3),
+        (("steer", "plan", "again", "--wait-ack", "--idempotency-key", "w1", "-q"), "acked", 0),
+    ],
+)  # fmt: skip
+def test_a_send_that_waits_prints_and_exits_as_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+    then: str | None,
+    code: int,
+) -> None:
+    """A wait that holds at once (a retry of a message delivered or acknowledged since), and
+    one that times out (nothing delivers the message)."""
+    from crew import verbs
+    from crew.domain import mailbox as mail
+
+    store = make_run()
+    start(store)
+    if then is not None:
+        sent = verbs.steer(store, "plan", "again", idempotency_key="w1", session=SESSION).message
+        with change(store) as txn:
+            mail.deliver(txn, [sent], attempt=1)
+        if then == "acked":
+            with change(store) as txn:
+                mail.acknowledge(txn, "plan", sent.id)
+    _alive(store)
+    twins = Twins(store, tmp_path)
+    verb, task, *rest = args
+
+    full, quick = twins.both(cli, capsys, verb, twins.run_id, task, *rest)
+
+    assert (quick.code, full.code) == (code, code)
+    assert _normal(quick.err.encode(), twins.fast) == _normal(full.err.encode(), twins.full)
+    assert _normal(quick.out.encode(), twins.fast).decode() == (
+        _normal(full.out.encode(), twins.full).decode()
+    )
+    twins.same_files()
+
+
+@pytest.mark.parametrize("then", ["delivered", "acknowledged", "rejected"])
+def test_a_wait_wakes_when_the_message_is_delivered_acknowledged_or_rejected(
+    make_run: MakeRun, capsys: pytest.CaptureFixture[str], then: str
+) -> None:
+    import threading
+
+    from test_cli_send import _until_steered
+
+    from crew import verbs
+    from crew.domain import mailbox as mail
+
+    store = make_run()
+    start(store)
+    _alive(store)
+
+    def meanwhile() -> None:
+        _until_steered(store)  # the command waits by then (were it not, it would still see it)
+        if then == "rejected":
+            verbs.cancel(store, "plan", session=SESSION, grace=0.1)
+            return
+        (sent,) = store.messages(Box.STEERING)
+        with change(store) as txn:
+            mail.deliver(txn, [sent], attempt=1)
+        if then == "acknowledged":
+            with change(store) as txn:
+                mail.acknowledge(txn, "plan", sent.id)
+
+    thread = threading.Thread(target=meanwhile)
+    thread.start()
+    wait = "--wait-ack" if then == "acknowledged" else "--wait"
+    root = str(store.paths.home.root)
+    code = fast.fast(["steer", "latest", "plan", "go", wait, "--timeout", "60s", "--home", root])
+    thread.join()
+    out = capsys.readouterr()
+
+    if then == "rejected":
+        assert code == 4
+        assert out.err.endswith("was rejected: task cancelled before delivery.\n")
+        assert out.out.endswith(" rejected.\n")
+    else:
+        assert (code, out.err) == (0, "")
+        assert out.out.startswith("Sent steer msg_") and out.out.endswith(f" {then}.\n")
 
 
 def test_a_worker_is_the_full_commands_to_check(

@@ -30,9 +30,9 @@ TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-#: A CREW_LOCK_TIMEOUT crew/clock.py `parse_duration` surely takes; any other is checked by the
-#: full command.
-_PLAIN_DURATION = re.compile(r"\d{1,6}(\.\d{1,6})?(ms|s|m)?")
+#: A duration crew/clock.py `parse_duration` surely takes (CREW_LOCK_TIMEOUT, a send's --timeout);
+#: any other is checked by the full command.
+PLAIN_DURATION = re.compile(r"(\d{1,6}(\.\d{1,6})?)(ms|s|m)?")
 #: Values of CREW_FAST that turn the fast path off (crew/env.py's switch values).
 _OFF = frozenset({"", "0", "false", "no", "off"})
 
@@ -140,4 +140,4 @@ def _left_to_the_full_command() -> bool:
         return True  # injected faults and tracebacks are the full command's
     timeout = os.environ.get("CREW_LOCK_TIMEOUT")
     # The full command checks an unusual one (the fast path never waits for the lock).
-    return timeout is not None and not _PLAIN_DURATION.fullmatch(timeout)
+    return timeout is not None and not PLAIN_DURATION.fullmatch(timeout)

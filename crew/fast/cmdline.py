@@ -42,9 +42,10 @@ class Spec:
         self.slow = slow
 
 
-_SEND_SLOW = frozenset({"--wait", "--wait-ack", "--timeout", "--force", "--jq"})
+_SEND_SLOW = frozenset({"--force", "--jq"})
 _SEND_FLAGS = frozenset({"--json", "--quiet", "-q"})
 _SEND_VALUES = frozenset({"--home", "--session", "--idempotency-key"})
+_WAIT_FLAGS = frozenset({"--wait", "--wait-ack"})
 
 _LEAD_FLAGS = frozenset({"--detach", "--no-input", "--json", "--quiet", "-q"})
 _LEAD_VALUES = frozenset({"--home", "--session"})
@@ -73,21 +74,29 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home", "--color", "--task", "--box", "--status"}),
         slow=frozenset({"--jq"}),
     ),
-    "steer": Spec(("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW),
+    "steer": Spec(
+        ("run", "task", "body"),
+        flags=_SEND_FLAGS | _WAIT_FLAGS,
+        values=_SEND_VALUES | {"--timeout"},
+        slow=_SEND_SLOW,
+    ),
     "follow-up": Spec(
-        ("run", "task", "body"), flags=_SEND_FLAGS, values=_SEND_VALUES, slow=_SEND_SLOW
+        ("run", "task", "body"),
+        flags=_SEND_FLAGS | _WAIT_FLAGS,
+        values=_SEND_VALUES | {"--timeout"},
+        slow=_SEND_SLOW,
     ),
     "nudge": Spec(
         ("run", "task"),
         optional=("body",),
-        flags=_SEND_FLAGS,
-        values=_SEND_VALUES,
+        flags=_SEND_FLAGS | _WAIT_FLAGS,
+        values=_SEND_VALUES | {"--timeout"},
         slow=_SEND_SLOW,
     ),
     "respond": Spec(
         ("run", "task", "body"),
-        flags=_SEND_FLAGS,
-        values=_SEND_VALUES,
+        flags=_SEND_FLAGS | _WAIT_FLAGS,
+        values=_SEND_VALUES | {"--timeout"},
         slow=_SEND_SLOW | {"--contact"},
     ),
     "add": Spec(

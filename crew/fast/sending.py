@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
-from crew.fast import answering, people
+from crew.fast import PLAIN_DURATION, answering, people
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
@@ -33,6 +34,7 @@ from crew.store.pending import BadLine, KeyIndex, PendingIndex
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
     from typing import Any
 
 LIVE = frozenset({"running", "waiting", "needs_review"})
@@ -93,6 +95,9 @@ def send(call: Call) -> int:
     key = call.options.get("--idempotency-key")
     if not is_task_id(task_id) or (key is not None and not people.plain_text_id(key)):
         raise Fallback
+    timeout = call.options.get("--timeout")
+    if timeout is not None and not PLAIN_DURATION.fullmatch(timeout):
+        raise Fallback  # the full command reads it, or says why not
     who = people.session(call.options.get("--session"))
     files = open_run(call)
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
@@ -104,17 +109,130 @@ def send(call: Call) -> int:
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
         if prior is not None:
-            message = _replayed(*prior, verb, task_id, body)
+            message, at = _replayed(*prior, verb, task_id, body), prior[2]
         else:
-            message = _sent(files, marker, verb, (run, task), who, body, key, waiting)
+            message, at = _sent(files, marker, verb, (run, task), who, body, key, waiting)
             waiting += 1
         for each in keys:  # under the lock, as every use of a key index (crew/store/pending.py)
             each.advance()  # and saved, with the line just written if there is one
     with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
         index.current()  # the pending index, saved with the line just written
     lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
-    _print(call, run["runId"], verb, message, waiting, lease, replayed=prior is not None)
-    return 0
+    replayed = prior is not None
+    if "--wait" not in call.options and "--wait-ack" not in call.options:
+        _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed)
+        return 0
+    until = "acknowledged" if "--wait-ack" in call.options else "delivered"
+    message, failure = _waited(files.box(verb.box), message, at, until, call.options)
+    waited = Waited(until, failure)
+    _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed, waited=waited)
+    if failure is None:
+        return 0
+    from crew.text import terminal_safe
+
+    sys.stderr.write(f"crew: error: {terminal_safe(failure[1])}\n")
+    return failure[0]
+
+
+#: crew/errors.py exit codes of a wait that fails: it timed out, or the message was rejected.
+TIMED_OUT, REFUSED = 3, 4
+#: crew/clock.py's units of a duration the fast path takes (PLAIN_DURATION).
+UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+class Waited:
+    """What a wait for the message came to: the status waited for, and why it failed (exit
+    code and sentence; None once the message reached it)."""
+
+    __slots__ = ("failure", "until")
+
+    def __init__(self, until: str, failure: tuple[int, str] | None) -> None:
+        self.until, self.failure = until, failure
+
+
+def _waited(
+    path: str, message: dict[str, Any], at: int, until: str, options: dict[str, str]
+) -> tuple[dict[str, Any], tuple[int, str] | None]:
+    """crew/waiting.py `wait_for_message` on the fast path: the message's state once it is
+    `until` (delivered also takes acknowledged), read from the line at byte `at` of its mailbox
+    file on, woken by the mailbox folder's changes (inotify: crew/store/watch.py); and what
+    failed (a timeout, a rejection) — the message as it is then."""
+    import time
+
+    from crew.store.watch import watch_folders
+
+    wanted = {"acknowledged"} if until == "acknowledged" else {"delivered", "acknowledged"}
+    timeout = _seconds(options.get("--timeout"))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    watcher = watch_folders([_folder(path)])  # before the first read: no change missed
+    state, offset = message, at
+    try:
+        while True:
+            state, offset = _read_on(path, state, offset)
+            if state["status"] in wanted:
+                return state, None
+            if state["status"] == "rejected":
+                return state, (
+                    REFUSED,
+                    f"Message {state['id']} was rejected: {state.get('reason')}.",
+                )
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return state, (TIMED_OUT, _still(state, until, timeout or 0.0))
+            watcher.wait(remaining)
+    finally:
+        watcher.close()
+
+
+def _read_on(path: str, state: dict[str, Any], offset: int) -> tuple[dict[str, Any], int]:
+    """The message's state after the whole lines from `offset` on that are its own (as
+    crew/models.py writes it: its fields in order), and the offset after them."""
+    from crew.fast.mailbox import as_written, checked, merged
+
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    whole = data.rfind(b"\n") + 1
+    needle = b'"id":"%s"' % state["id"].encode()
+    found = data.find(needle, 0, whole)
+    while found >= 0:
+        start, stop = data.rfind(b"\n", 0, found) + 1, data.index(b"\n", found) + 1
+        line = checked(data[start:stop])
+        if line["id"] == state["id"]:
+            state = merged(state, line) or state
+        found = data.find(needle, stop, whole)
+    return as_written(state), offset + whole
+
+
+def _folder(path: str) -> Path:
+    from pathlib import Path
+
+    return Path(path).parent
+
+
+def _seconds(text: str | None) -> float | None:
+    """A --timeout the fast path takes (PLAIN_DURATION), in seconds."""
+    if text is None:
+        return None
+    match = PLAIN_DURATION.fullmatch(text)
+    assert match is not None  # checked before anything was written
+    return float(match.group(1)) * UNIT_SECONDS[match.group(3) or "s"]
+
+
+def _still(message: dict[str, Any], until: str, timeout: float) -> str:
+    """crew/waiting.py `_still`."""
+    from crew.clock import format_duration
+
+    waited = format_duration(timeout)
+    if message["status"] == "pending":
+        return (
+            f"Message {message['id']} to {message['taskId']} is still pending after {waited}; "
+            "it stays queued and is delivered as soon as the task can take it."
+        )
+    return (
+        f"Message {message['id']} to {message['taskId']} was delivered but not {until} after "
+        f"{waited}."
+    )
 
 
 def _sent(
@@ -126,8 +244,9 @@ def _sent(
     body: str,
     key: str | None,
     waiting: int,
-) -> dict[str, Any]:
-    """The new message, written (Fallback first if the full command would make room or warn)."""
+) -> tuple[dict[str, Any], int]:
+    """The new message, written (Fallback first if the full command would make room or warn),
+    and where its line begins in its mailbox file."""
     run, task = state
     task_id = task["id"]
     limits = run["config"]["limits"]
@@ -148,10 +267,10 @@ def _sent(
         closed, running = answering.answered(task, contact, message)
         event["message"] = answering.event_text(task_id, contact, _short(body))
         event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
-        _commit(files, marker, verb, event, message, running)
+        at = _commit(files, marker, verb, event, message, running)
     else:
-        _commit(files, marker, verb, event, message, None)
-    return message
+        at = _commit(files, marker, verb, event, message, None)
+    return message, at
 
 
 def _carried(keys: list[KeyIndex], key: str) -> tuple[str, str, int] | None:
@@ -270,9 +389,10 @@ def _commit(
     event: dict[str, Any],
     message: dict[str, Any],
     task: dict[str, Any] | None,
-) -> None:
+) -> int:
     """crew/store/txn.py `commit`: the event (the commit point, the one file fsynced), the
-    mailbox line, the task's snapshot if it changed, the marker."""
+    mailbox line, the task's snapshot if it changed, the marker. Returns where the mailbox
+    line begins."""
     import json
 
     if _formats_apart(event):
@@ -299,6 +419,7 @@ def _commit(
         os.close(events)
         if box >= 0:
             os.close(box)
+    return box_size - len(mail_line)
 
 
 def _formats_apart(value: object) -> bool:
@@ -330,20 +451,24 @@ def _print(
     lease: people.Lease,
     *,
     replayed: bool,
+    waited: Waited | None = None,
 ) -> None:
     """crew/render.py's view of crew/results/sending.py `Sent`."""
     if "--json" in call.options:
-        print_json(
-            {
-                **message,
-                "runId": run_id,
-                "replayed": replayed,
-                "dropped": [],
-                "pending": pending,
-                "leader": lease.state,
-                "warnings": [],
-            }
-        )
+        document = {
+            **message,
+            "runId": run_id,
+            "replayed": replayed,
+            "dropped": [],
+            "pending": pending,
+            "leader": lease.state,
+            "warnings": [],
+        }
+        if waited is not None:
+            document["waitedFor"] = waited.until
+            if waited.failure is not None:
+                document["error"] = waited.failure[1]
+        print_json(document)
         return
     if "--quiet" in call.options or "-q" in call.options:
         return  # crew/render.py `emit`: no text view, and a `Sent` keeps nothing of it
@@ -356,6 +481,8 @@ def _print(
             "No leader is running: it is delivered once one leads the run "
             f"(`crew resume {run_id}`)."
         )
+    if waited is not None:
+        out(f"{message['id']} {message['status']}.")
 
 
 def _short(text: str, limit: int = 80) -> str:
