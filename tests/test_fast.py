@@ -460,6 +460,25 @@ def test_an_answer_to_a_task_that_spent_writes_its_costs_as_the_full_command_doe
     twins.same_files()
 
 
+def test_an_answer_pinned_to_its_question_writes_what_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    store = make_run()
+    asked = ask(store)
+    _alive(store)
+    twins = Twins(store, tmp_path)
+
+    args = ("respond", twins.run_id, "plan", "Postgres", "--contact", asked.id, "--json")
+    full, quick = twins.both(cli, capsys, *args)
+
+    assert (quick.code, quick.err) == (full.code, full.err) == (0, "")
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+
+
 def test_an_answer_the_question_does_not_take_is_the_full_commands(make_run: MakeRun) -> None:
     store = make_run()
     ask(store, kind=ContactType.NEED_SELECTION, options=["a", "b"])

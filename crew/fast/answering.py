@@ -28,11 +28,14 @@ CONTACT_FIELDS = (
 NEED_SELECTION = "need_selection"
 
 
-def question(task: dict[str, Any], body: str) -> dict[str, Any]:
-    """The open question an answer closes, once the answer fits it."""
+def question(task: dict[str, Any], body: str, pinned: str | None = None) -> dict[str, Any]:
+    """The open question an answer closes, once the answer fits it (and is the question
+    `pinned` names, with --contact)."""
     contact = task.get("contact")
     if not isinstance(contact, dict) or task.get("status") != "waiting":
         raise Fallback
+    if pinned is not None and contact.get("id") != pinned:
+        raise Fallback  # the worker asked another question since: the full command says so
     if contact.get("secret") or contact.get("limit") is not None or "answeredAt" in contact:
         raise Fallback
     if set(contact) - set(CONTACT_FIELDS):

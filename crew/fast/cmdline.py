@@ -96,8 +96,8 @@ SPECS: dict[str, Spec] = {
     "respond": Spec(
         ("run", "task", "body"),
         flags=_SEND_FLAGS | _WAIT_FLAGS,
-        values=_SEND_VALUES | {"--timeout"},
-        slow=_SEND_SLOW | {"--contact"},
+        values=_SEND_VALUES | {"--timeout", "--contact"},
+        slow=_SEND_SLOW,
     ),
     "add": Spec(
         ("run", "prompt"),

@@ -111,7 +111,8 @@ def send(call: Call) -> int:
         if prior is not None:
             message, at = _replayed(*prior, verb, task_id, body), prior[2]
         else:
-            message, at = _sent(files, marker, verb, (run, task), who, body, key, waiting)
+            pinned = call.options.get("--contact")
+            message, at = _sent(files, marker, verb, (run, task), who, (body, pinned), key, waiting)
             waiting += 1
         for each in keys:  # under the lock, as every use of a key index (crew/store/pending.py)
             each.advance()  # and saved, with the line just written if there is one
@@ -241,13 +242,14 @@ def _sent(
     verb: Verb,
     state: tuple[dict[str, Any], dict[str, Any]],
     who: people.Session,
-    body: str,
+    said: tuple[str, str | None],
     key: str | None,
     waiting: int,
 ) -> tuple[dict[str, Any], int]:
     """The new message, written (Fallback first if the full command would make room or warn),
     and where its line begins in its mailbox file."""
     run, task = state
+    body, pinned = said  # the body, and the question --contact pins
     task_id = task["id"]
     limits = run["config"]["limits"]
     room = limits[verb.limit] if verb.limit is not None else waiting + 1
@@ -257,7 +259,7 @@ def _sent(
     if verb.kind == "nudge":
         data["source"] = "nudge"
     if verb.kind == "respond":
-        contact = answering.question(task, body)
+        contact = answering.question(task, body, pinned)
         data.update(answering.message_data(contact))
     if key is not None:
         data["idempotencyKey"] = key
