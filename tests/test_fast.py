@@ -859,7 +859,6 @@ def _refused(store: RunStore, *args: str) -> None:
         ("steer", "latest", "plan", "x", "--wait", "--timeout", "forever"),
         ("steer", "latest", "plan", "x", "--wait", "--timeout", "-1s"),
         ("steer", "latest", "plan", "x", "--timeout=5s"),
-        ("steer", "latest", "plan", "-"),
         ("steer", "latest", "plan", "x", "--unknown"),
         ("steer", "latest", "plan"),
         ("steer", "latest", "plan", "x", "y"),
@@ -875,7 +874,7 @@ def _refused(store: RunStore, *args: str) -> None:
         ("cancel", "latest", "--jq", ".tasks"),
         ("cancel", "latest", "--grace=1s"),
         ("add", "latest", "more"),  # no --agent: the full command says it is missing
-        ("add", "latest", "-", "--agent", "coder"),  # the prompt on stdin
+        ("steer", "latest", "-", "x"),  # a `-` that is not a body
         ("add", "latest", "x", "--agent", "coder", "--depends-on", "plan", "--depends-on", "build"),
         ("handoff", "latest"),
         ("--version", "--help"),
@@ -1143,6 +1142,76 @@ def test_a_wait_wakes_when_the_message_is_delivered_acknowledged_or_rejected(
     else:
         assert (code, out.err) == (0, "")
         assert out.out.startswith("Sent steer msg_") and out.out.endswith(f" {then}.\n")
+
+
+class _Stdin(io.TextIOWrapper):
+    """Stdin holding `data`, a terminal or not."""
+
+    def __init__(self, data: bytes, *, terminal: bool = False) -> None:
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("steer", "plan", "-"),
+        ("follow-up", "plan", "-", "--json"),
+        ("nudge", "plan", "-"),
+        ("add", "-", "--agent", "coder", "--json"),
+    ],
+)
+def test_a_body_read_from_stdin_is_what_the_full_command_reads(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    twins = Twins(store, tmp_path)
+    text = "line one\nline \u00e9 two\n\n"
+    command, *rest = args
+    where = [] if command == "add" else [rest.pop(0)]
+    full = cli(command, twins.run_id, *where, *rest, "--home", str(twins.full), stdin=text)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", _Stdin(text.encode()))
+
+    code = fast.fast([command, twins.run_id, *where, *rest, "--home", str(twins.fast)])
+    quick = capsys.readouterr()
+
+    assert (code, quick.err) == (full.code, full.err) == (0, "")
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    assert (
+        'line one\\nline \u00e9 two"'
+        in (twins.fast / "state/runs" / twins.run_id / "events.jsonl").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "terminal"),
+    [
+        (b"x" * 70_000, False),  # read, then over the body limit: the full command's
+        (b"\xff\xfe not UTF-8", False),
+        (b"typed", True),  # a terminal: not read here
+    ],
+)
+def test_stdin_the_fast_path_leaves_is_there_for_the_full_command(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, data: bytes, terminal: bool
+) -> None:
+    store = make_run()
+    start(store)
+    monkeypatch.setattr(sys, "stdin", _Stdin(data, terminal=terminal))
+
+    _refused(store, "steer", "latest", "plan", "-")
+
+    assert sys.stdin.buffer.read() == data  # what the full command reads next
 
 
 def test_a_worker_is_the_full_commands_to_check(

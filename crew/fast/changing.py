@@ -13,7 +13,7 @@ maps it.
 from __future__ import annotations
 
 from crew.fast import pause_collector, resume_collector, runfiles
-from crew.fast.cmdline import Call, Fallback
+from crew.fast.cmdline import Call, Fallback, stdin_text
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -29,11 +29,12 @@ def add(call: Call) -> int:
     agent = call.options.get("--agent")
     if agent is None:
         raise Fallback  # the typer command says the option is missing
+    prompt = stdin_text(call.arguments["prompt"])
     _begin(call)
     depends_on = call.options.get("--depends-on")
     return add_task(
         call.arguments["run"],
-        call.arguments["prompt"],
+        prompt,
         agent=agent,
         task_id=call.options.get("--id"),
         depends_on=() if depends_on is None else (depends_on,),

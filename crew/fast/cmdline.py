@@ -3,11 +3,13 @@
 Each hot command's arguments and options are those of its typer command (crew/cli); a test
 (tests/test_fast.py) enumerates the typer command's parameters and fails on any this table does
 not account for, so the two definitions cannot drift apart. Anything outside the table — an
-unknown option, `--opt=value`, `--`, a body read from stdin, a missing or extra argument — is
-the full command's to parse and, if it is wrong, to explain.
+unknown option, `--opt=value`, `--`, a `-` where no text is read from stdin, a missing or extra
+argument — is the full command's to parse and, if it is wrong, to explain.
 """
 
 from __future__ import annotations
+
+import sys
 
 
 class Fallback(Exception):
@@ -18,7 +20,7 @@ class Fallback(Exception):
 class Spec:
     """One command as the fast path reads it."""
 
-    __slots__ = ("arguments", "flags", "optional", "rest", "slow", "values")
+    __slots__ = ("arguments", "flags", "optional", "rest", "slow", "stdin", "values")
 
     def __init__(
         self,
@@ -29,6 +31,7 @@ class Spec:
         flags: frozenset[str] = frozenset(),
         values: frozenset[str] = frozenset(),
         slow: frozenset[str] = frozenset(),
+        stdin: str | None = None,
     ) -> None:
         #: Positional arguments, in order; then `optional` ones.
         self.arguments = arguments
@@ -40,6 +43,8 @@ class Spec:
         self.values = values
         #: Options of the command that always go to the full command.
         self.slow = slow
+        #: The argument that `-` reads from stdin (`stdin_text`), if any.
+        self.stdin = stdin
 
 
 _SEND_SLOW = frozenset({"--force", "--jq"})
@@ -79,12 +84,14 @@ SPECS: dict[str, Spec] = {
         flags=_SEND_FLAGS | _WAIT_FLAGS,
         values=_SEND_VALUES | {"--timeout"},
         slow=_SEND_SLOW,
+        stdin="body",
     ),
     "follow-up": Spec(
         ("run", "task", "body"),
         flags=_SEND_FLAGS | _WAIT_FLAGS,
         values=_SEND_VALUES | {"--timeout"},
         slow=_SEND_SLOW,
+        stdin="body",
     ),
     "nudge": Spec(
         ("run", "task"),
@@ -92,18 +99,21 @@ SPECS: dict[str, Spec] = {
         flags=_SEND_FLAGS | _WAIT_FLAGS,
         values=_SEND_VALUES | {"--timeout"},
         slow=_SEND_SLOW,
+        stdin="body",
     ),
     "respond": Spec(
         ("run", "task", "body"),
         flags=_SEND_FLAGS | _WAIT_FLAGS,
         values=_SEND_VALUES | {"--timeout", "--contact"},
         slow=_SEND_SLOW,
+        stdin="body",
     ),
     "add": Spec(
         ("run", "prompt"),
         flags=_SEND_FLAGS | {"--force"},
         values=_SEND_VALUES | {"--agent", "--id", "--depends-on", "--title"},
         slow=frozenset({"--jq"}),
+        stdin="prompt",
     ),
     "handoff": Spec(
         ("run", "to"),
@@ -209,7 +219,33 @@ def parse(argv: list[str]) -> Call:
             positional.append(word)
     names = spec.arguments + spec.optional
     most = len(positional) if spec.rest is not None else len(names)
-    if not len(spec.arguments) <= len(positional) <= most or "-" in positional[1:]:
-        raise Fallback  # a missing or extra argument, or a body on stdin
+    if not len(spec.arguments) <= len(positional) <= most:
+        raise Fallback  # a missing or extra argument
     given = dict(zip(names, positional, strict=False))
+    from_stdin = names.index(spec.stdin) if spec.stdin is not None else -1
+    if any(word == "-" for i, word in enumerate(positional) if i not in {0, from_stdin}):
+        raise Fallback  # a `-` the full command reads as it reads it
     return Call(command, given, options, positional[len(names) :])
+
+
+def stdin_text(value: str) -> str:
+    """An argument as the typer command reads it: `-` is the text on stdin (crew/cli/send.py
+    `_read_body`: UTF-8, trailing newlines dropped). What was read is put back as stdin, so a
+    full command that runs after the fast path fell back reads the same bytes. Fallback, before
+    reading, for a terminal (an answer may be a secret to prompt for), and for bytes that are
+    not UTF-8 (the full command says so)."""
+    if value != "-":
+        return value
+    if sys.stdin is None or sys.stdin.isatty():
+        raise Fallback
+    import io
+
+    try:
+        raw = sys.stdin.buffer.read()
+    except (OSError, AttributeError):  # nothing to read: the full command says so
+        raise Fallback from None
+    sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
+    try:
+        return raw.decode("utf-8").rstrip("\n")
+    except UnicodeDecodeError:
+        raise Fallback from None

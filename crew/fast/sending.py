@@ -15,7 +15,7 @@ import os
 import sys
 
 from crew.fast import PLAIN_DURATION, answering, people
-from crew.fast.cmdline import Call, Fallback
+from crew.fast.cmdline import Call, Fallback, stdin_text
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
     LINE_LIMIT,
@@ -91,7 +91,7 @@ def send(call: Call) -> int:
     """Send, or raise Fallback before anything is written."""
     verb = VERBS[call.command]
     task_id = call.arguments["task"]
-    body = call.arguments.get("body", DEFAULT_NUDGE)
+    body = stdin_text(call.arguments.get("body", DEFAULT_NUDGE))
     key = call.options.get("--idempotency-key")
     if not is_task_id(task_id) or (key is not None and not people.plain_text_id(key)):
         raise Fallback
