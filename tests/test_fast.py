@@ -875,7 +875,6 @@ def _refused(store: RunStore, *args: str) -> None:
         ("cancel", "latest", "--grace=1s"),
         ("add", "latest", "more"),  # no --agent: the full command says it is missing
         ("steer", "latest", "-", "x"),  # a `-` that is not a body
-        ("add", "latest", "x", "--agent", "coder", "--depends-on", "plan", "--depends-on", "build"),
         ("handoff", "latest"),
         ("--version", "--help"),
     ],
@@ -1008,6 +1007,8 @@ def test_a_replay_prints_what_the_full_command_prints(
         ("add", "RUN", "more", "--agent", "coder", "-q"),
         ("add", "RUN", "x", "--agent", "coder", "--id", "extra", "--depends-on", "plan",
          "--title", "An extra", "--idempotency-key", "add-1", "--json"),
+        ("add", "RUN", "x", "--agent", "coder", "--depends-on", "plan", "--depends-on", "build"),
+        ("add", "RUN", "x", "--agent", "coder", "--depends-on", "nope"),  # no such task: 5
         ("add", "RUN", "x", "--agent", "nobody"),  # no such agent: 5
         ("add", "RUN", "x", "--agent", "coder", "--id", "plan"),  # taken: 4
         ("add", "RUN", "x", "--agent", "coder", "--id", "Bad/Id"),  # 2
@@ -1421,7 +1422,7 @@ def test_every_option_of_the_command_is_taken_or_left_to_the_full_command(comman
     spec = cmdline.SPECS[command]
     options = {o for p in click_command.params for o in p.opts if o.startswith("-")}
     arguments = [p.name for p in click_command.params if not p.opts[0].startswith("-")]
-    known = spec.flags | spec.values | spec.slow
+    known = spec.flags | spec.values | spec.many | spec.slow
     assert options - cmdline.HELP_OPTIONS == known, "an option the fast path does not account for"
     assert arguments == [*spec.arguments, *spec.optional, *([spec.rest] if spec.rest else [])]
 

@@ -31,13 +31,12 @@ def add(call: Call) -> int:
         raise Fallback  # the typer command says the option is missing
     prompt = stdin_text(call.arguments["prompt"])
     _begin(call)
-    depends_on = call.options.get("--depends-on")
     return add_task(
         call.arguments["run"],
         prompt,
         agent=agent,
         task_id=call.options.get("--id"),
-        depends_on=() if depends_on is None else (depends_on,),
+        depends_on=call.lists.get("--depends-on", []),
         title=call.options.get("--title"),
         idempotency_key=call.options.get("--idempotency-key"),
         force="--force" in call.options,

@@ -20,7 +20,7 @@ class Fallback(Exception):
 class Spec:
     """One command as the fast path reads it."""
 
-    __slots__ = ("arguments", "flags", "optional", "rest", "slow", "stdin", "values")
+    __slots__ = ("arguments", "flags", "many", "optional", "rest", "slow", "stdin", "values")
 
     def __init__(
         self,
@@ -30,6 +30,7 @@ class Spec:
         rest: str | None = None,
         flags: frozenset[str] = frozenset(),
         values: frozenset[str] = frozenset(),
+        many: frozenset[str] = frozenset(),
         slow: frozenset[str] = frozenset(),
         stdin: str | None = None,
     ) -> None:
@@ -41,6 +42,8 @@ class Spec:
         #: Options the fast path takes: flags, and options with a value.
         self.flags = flags
         self.values = values
+        #: Options with a value that may be given again and again (`Call.lists`).
+        self.many = many
         #: Options of the command that always go to the full command.
         self.slow = slow
         #: The argument that `-` reads from stdin (`stdin_text`), if any.
@@ -111,7 +114,8 @@ SPECS: dict[str, Spec] = {
     "add": Spec(
         ("run", "prompt"),
         flags=_SEND_FLAGS | {"--force"},
-        values=_SEND_VALUES | {"--agent", "--id", "--depends-on", "--title"},
+        values=_SEND_VALUES | {"--agent", "--id", "--title"},
+        many=frozenset({"--depends-on"}),
         slow=frozenset({"--jq"}),
         stdin="prompt",
     ),
@@ -178,7 +182,7 @@ HELP_OPTIONS = frozenset({"-h", "--help"})
 class Call:
     """A parsed command line: the command, its arguments by name, and its options."""
 
-    __slots__ = ("arguments", "command", "options", "rest")
+    __slots__ = ("arguments", "command", "lists", "options", "rest")
 
     def __init__(
         self,
@@ -186,6 +190,7 @@ class Call:
         arguments: dict[str, str],
         options: dict[str, str],
         rest: list[str] | None = None,
+        lists: dict[str, list[str]] | None = None,
     ) -> None:
         self.command = command
         self.arguments = arguments
@@ -193,6 +198,8 @@ class Call:
         self.rest = rest or []
         #: Flags given map to "", options with a value to it.
         self.options = options
+        #: Each option of the spec's `many` given, to its values in order.
+        self.lists = lists or {}
 
 
 def parse(argv: list[str]) -> Call:
@@ -203,6 +210,7 @@ def parse(argv: list[str]) -> Call:
     spec = SPECS[command]
     positional: list[str] = []
     options: dict[str, str] = {}
+    lists: dict[str, list[str]] = {}
     index = 0
     while index < len(words):
         word = words[index]
@@ -212,6 +220,9 @@ def parse(argv: list[str]) -> Call:
                 options[word] = ""
             elif word in spec.values and word not in options and index < len(words):
                 options[word] = words[index]
+                index += 1
+            elif word in spec.many and index < len(words):
+                lists.setdefault(word, []).append(words[index])
                 index += 1
             else:
                 raise Fallback
@@ -225,7 +236,7 @@ def parse(argv: list[str]) -> Call:
     from_stdin = names.index(spec.stdin) if spec.stdin is not None else -1
     if any(word == "-" for i, word in enumerate(positional) if i not in {0, from_stdin}):
         raise Fallback  # a `-` the full command reads as it reads it
-    return Call(command, given, options, positional[len(names) :])
+    return Call(command, given, options, positional[len(names) :], lists)
 
 
 def stdin_text(value: str) -> str:
