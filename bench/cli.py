@@ -82,6 +82,10 @@ HOT = {
     "crew follow-up RUN TASK x": ("follow-up", "{run}", "t1", "x"),
     "crew nudge RUN TASK": ("nudge", "{run}", "t1"),
     "crew wait DONE": ("wait", "{done}"),
+    "crew steer RUN TASK x --wait (until delivered)": (
+        *("steer", "{run}", "t1", "x"),
+        *("--wait", "--timeout", "30s"),
+    ),
 }
 OTHER = {
     "crew runs": ("runs",),
