@@ -34,7 +34,6 @@ from crew.store.pending import BadLine, KeyIndex, PendingIndex
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
     from typing import Any
 
 LIVE = frozenset({"running", "waiting", "needs_review"})
@@ -165,7 +164,7 @@ def _waited(
     wanted = {"acknowledged"} if until == "acknowledged" else {"delivered", "acknowledged"}
     timeout = _seconds(options.get("--timeout"))
     deadline = None if timeout is None else time.monotonic() + timeout
-    watcher = watch_folders([_folder(path)])  # before the first read: no change missed
+    watcher = watch_folders([os.path.dirname(path)])  # before the first read: no change missed
     state, offset = message, at
     try:
         while True:
@@ -203,12 +202,6 @@ def _read_on(path: str, state: dict[str, Any], offset: int) -> tuple[dict[str, A
             state = merged(state, line) or state
         found = data.find(needle, stop, whole)
     return as_written(state), offset + whole
-
-
-def _folder(path: str) -> Path:
-    from pathlib import Path
-
-    return Path(path).parent
 
 
 def _seconds(text: str | None) -> float | None:

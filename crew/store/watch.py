@@ -18,11 +18,16 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from crew import env
 from crew.registry import WatcherKind
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    #: A folder to watch, as a path or its text (a fast command passes text: no pathlib).
+    Folder = Path | str
 
 POLL_INTERVAL = 0.1
 #: watchfiles cannot change its timeout between waits: a wait longer than this is made of
@@ -74,7 +79,7 @@ class InotifyWatcher:
 
     kind = WatcherKind.INOTIFY
 
-    def __init__(self, folders: Sequence[Path]) -> None:
+    def __init__(self, folders: Sequence[Folder]) -> None:
         libc = _libc()
         fd: int = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
@@ -121,7 +126,9 @@ class WatchfilesWatcher:
 
     kind = WatcherKind.WATCHFILES
 
-    def __init__(self, folders: Sequence[Path], *, debounce_ms: int = 5, step_ms: int = 5) -> None:
+    def __init__(
+        self, folders: Sequence[Folder], *, debounce_ms: int = 5, step_ms: int = 5
+    ) -> None:
         import watchfiles
 
         self._changes = watchfiles.watch(
@@ -155,7 +162,7 @@ class PollWatcher:
 
     kind = WatcherKind.POLL
 
-    def __init__(self, folders: Sequence[Path], *, interval: float = POLL_INTERVAL) -> None:
+    def __init__(self, folders: Sequence[Folder], *, interval: float = POLL_INTERVAL) -> None:
         self._folders = list(folders)
         self._interval = interval
         self._last = self._snapshot()
@@ -196,7 +203,7 @@ class PollWatcher:
         pass
 
 
-def watch_folders(folders: Sequence[Path], *, step_ms: int = 5) -> Watcher:
+def watch_folders(folders: Sequence[Folder], *, step_ms: int = 5) -> Watcher:
     """The best watcher this platform offers for `folders` (see the module docstring)."""
     if env.FORCE_POLLING.enabled():
         return PollWatcher(folders)
