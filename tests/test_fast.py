@@ -22,7 +22,7 @@ from conftest import SESSION, CliResult, config, snapshot_files
 from test_cli_admin import _damage
 from test_verbs import ask, start
 
-from crew import errors, fast, ids, models, registry, text
+from crew import clock, errors, fast, ids, models, registry, text
 from crew.cli import build_app
 from crew.domain import change, gate, lease
 from crew.fast import cmdline, output, people, runfiles, sending, status
@@ -1477,6 +1477,13 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert text._RAW_IN_JSON_RE.pattern == output.RAW_IN_JSON_PATTERN
     assert people.TIMESTAMP_FORMAT == __import__("crew.clock").clock.TIMESTAMP_FORMAT
     assert people.MAX_TEXT_ID_LENGTH == ids.MAX_TEXT_ID_LENGTH
+    from crew.errors import ExitCode
+
+    assert (sending.TIMED_OUT, sending.REFUSED) == (ExitCode.TIMEOUT, ExitCode.REFUSED)
+    assert sending.UNIT_SECONDS.items() <= clock._UNIT_SECONDS.items()
+    assert set(sending.UNIT_SECONDS) == set(
+        fast.PLAIN_DURATION.pattern.split("(")[-1][:-2].split("|")
+    )
     assert __import__("crew.store.pending").store.pending.IDEMPOTENCY_KEY == (
         registry.MessageData.IDEMPOTENCY_KEY
     )
