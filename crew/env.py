@@ -76,7 +76,8 @@ FAST = Variable(
     frozenset({Scope.USER}),
     "`0` turns off the fast path of `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, "
     "`respond`, `logs`, `events`, `wait`, `schema` and `--version` (the same command without "
-    "typer and pydantic) and of `doctor` (without typer); see docs/design.md",
+    "typer and pydantic) and of `doctor`, `validate`, `run`, `resume`, `add`, `handoff` and "
+    "`cancel` (without typer); see docs/design.md",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
