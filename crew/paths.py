@@ -151,6 +151,11 @@ class RunPaths:
             boxes = self.__dict__["_boxes"] = {b: self.mailbox_dir / b.filename for b in Box}
         return boxes[box]
 
+    def key_index(self, box: Box) -> Path:
+        """The index of the idempotency keys a mailbox file's messages carried (a cache:
+        crew/store/pending.py `KeyIndex`)."""
+        return self.runtime_dir / f"{box.value}.keys.sqlite"
+
     def task_file(self, task_id: str) -> Path:
         """A task's snapshot, `tasks/<taskId>.json`."""
         files: dict[str, Path] = self.__dict__.setdefault("_task_files", {})

@@ -1427,6 +1427,13 @@ def test_every_option_of_the_command_is_taken_or_left_to_the_full_command(comman
     assert arguments == [*spec.arguments, *spec.optional, *([spec.rest] if spec.rest else [])]
 
 
+def test_the_key_index_is_where_the_library_keeps_it(make_run: MakeRun) -> None:
+    store = make_run()
+    files = runfiles.RunFiles(str(store.paths.home.root), store.run_id)
+    for box in status.INBOUND_BOXES:
+        assert status.key_index_path(files, box) == str(store.paths.key_index(Box(box)))
+
+
 def test_every_command_the_fast_path_parses_has_its_runner() -> None:
     assert set(fast.RUNNERS) == set(cmdline.SPECS)
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import SESSION
 
 from crew.store import pending
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
+from crew.store.runstore import RunStore
 
 
 def _line(message_id: str, status: str, task: str = "plan", kind: str = "steer") -> bytes:
@@ -245,3 +248,29 @@ def test_a_saved_key_index_reads_only_what_was_appended(
         "steering.jsonl",
         "steering.keys.sqlite",
     ]
+
+
+def test_a_one_shot_keyed_lookup_reads_no_message_through_the_models(
+    make_run: Callable[..., RunStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_verbs import start
+
+    from crew import verbs
+    from crew.store.fold import MailboxFold
+
+    store = make_run()
+    start(store)
+    verbs.follow_up(store, "plan", "x", idempotency_key="k1", session=SESSION)
+    verbs.add_task(store, agent="coder", prompt="more", session=SESSION, idempotency_key="k2")
+
+    def refused(self: MailboxFold) -> object:
+        raise AssertionError(f"{self.path.name} read through the models")
+
+    monkeypatch.setattr(MailboxFold, "current", refused)
+    fresh = RunStore.open(store.paths.home, store.run_id)  # as a new command opens it
+    added = verbs.add_task(
+        fresh, agent="coder", prompt="again", session=SESSION, idempotency_key="k3"
+    )
+    assert not added.replayed and added.task.idempotency_key == "k3"
+    with pytest.raises(AssertionError, match="read through the models"):  # a key carried: read
+        verbs.add_task(fresh, agent="coder", prompt="x", session=SESSION, idempotency_key="k1")
