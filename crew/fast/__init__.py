@@ -88,6 +88,21 @@ def resume_collector() -> None:
         gc.enable()
 
 
+def committed(call: Call, module: str) -> None:
+    """A command that needs crew's models (`run`, `resume`, `add`, …), once its command line
+    is read: import `module` with the collector paused (`pause_collector`), take --quiet as
+    the typer command's callback takes it, and never hand over to the full command from here
+    (`runfiles.wrote`): what it does next may write, and must not be done twice."""
+    runfiles.wrote = True
+    pause_collector()
+    try:
+        importlib.import_module(module)
+        from crew.output import SETTINGS
+    finally:
+        resume_collector()
+    SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
+
+
 def fast(argv: list[str]) -> int | None:
     """Run the command on the fast path; None if the full command must run it (nothing was
     written then)."""

@@ -12,7 +12,7 @@ maps it.
 
 from __future__ import annotations
 
-from crew.fast import pause_collector, resume_collector, runfiles
+from crew.fast import committed
 from crew.fast.cmdline import Call, Fallback, stdin_text
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -30,7 +30,7 @@ def add(call: Call) -> int:
     if agent is None:
         raise Fallback  # the typer command says the option is missing
     prompt = stdin_text(call.arguments["prompt"])
-    _begin(call)
+    committed(call, "crew.verbs")
     return add_task(
         call.arguments["run"],
         prompt,
@@ -48,7 +48,7 @@ def add(call: Call) -> int:
 
 def handoff(call: Call) -> int:
     """`crew handoff RUN SESSION` (crew/cli/send.py `handoff`)."""
-    _begin(call)
+    committed(call, "crew.verbs")
     return hand_off(
         call.arguments["run"],
         call.arguments["to"],
@@ -61,7 +61,7 @@ def handoff(call: Call) -> int:
 
 def cancel(call: Call) -> int:
     """`crew cancel RUN [TASK]` (crew/cli/send.py `cancel`)."""
-    _begin(call)
+    committed(call, "crew.verbs")
     return cancel_run(
         call.arguments["run"],
         call.arguments.get("task"),
@@ -71,20 +71,6 @@ def cancel(call: Call) -> int:
         json="--json" in call.options,
         home=call.options.get("--home"),
     )
-
-
-def _begin(call: Call) -> None:
-    """Import what the command needs (the collector paused: crew/fast `pause_collector`), take
-    --quiet as the typer command's callback takes it, and never hand over from here."""
-    runfiles.wrote = True
-    pause_collector()
-    try:
-        import crew.verbs  # noqa: F401  # the verbs, the domain and crew's models
-        from crew.output import SETTINGS
-        from crew.render import emit  # noqa: F401
-    finally:
-        resume_collector()
-    SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
 
 
 def add_task(

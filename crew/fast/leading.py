@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import sys
 
-from crew.fast import pause_collector, resume_collector, runfiles
+from crew.fast import committed
 from crew.fast.cmdline import Call, Fallback
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -38,7 +38,7 @@ def run(call: Call) -> int:
     count = call.options.get("--max-parallel")
     if crew_toml == "" or (count is not None and not _COUNT.fullmatch(count)):
         raise Fallback  # the typer command reads (or refuses) what these become
-    _begin(call)
+    committed(call, "crew.leader")
     from pathlib import Path
 
     return start_and_lead(
@@ -55,7 +55,7 @@ def run(call: Call) -> int:
 
 def resume(call: Call) -> int:
     """`crew resume RUN` (crew/cli/lead.py `resume`)."""
-    _begin(call)
+    committed(call, "crew.leader")
     return resume_and_lead(
         call.arguments["run"],
         home=call.options.get("--home"),
@@ -65,19 +65,6 @@ def resume(call: Call) -> int:
         json="--json" in call.options,
         no_input="--no-input" in call.options,
     )
-
-
-def _begin(call: Call) -> None:
-    """Import what leading needs (the collector paused: crew/fast `pause_collector`), take the
-    output options as the typer command's callbacks take them, and never hand over from here."""
-    runfiles.wrote = True
-    pause_collector()
-    try:
-        import crew.leader  # noqa: F401  # the leader's modules and crew's models
-        from crew.output import SETTINGS
-    finally:
-        resume_collector()
-    SETTINGS.quiet = "--quiet" in call.options or "-q" in call.options
 
 
 def start_and_lead(
