@@ -107,18 +107,19 @@ def send(call: Call) -> int:
         prior = _carried(keys, key) if key is not None else None
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
-        if prior is not None:
+        if prior is not None:  # a replay writes nothing, the key index included (SPEC §5)
             message, at = _replayed(*prior, verb, task_id, body), prior[2]
         else:
             pinned = call.options.get("--contact")
             message, at = _sent(files, marker, verb, (run, task), who, (body, pinned), key, waiting)
             waiting += 1
-        for each in keys:  # under the lock, as every use of a key index (crew/store/pending.py)
-            each.advance()  # and saved, with the line just written if there is one
-    with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
-        index.current()  # the pending index, saved with the line just written
-    lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
+            for each in keys:  # under the lock, as every use of a key index
+                each.advance()  # and saved, with the line just written
     replayed = prior is not None
+    if not replayed:
+        with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
+            index.current()  # the pending index, saved with the line just written
+    lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
     if "--wait" not in call.options and "--wait-ack" not in call.options:
         _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed)
         return 0
