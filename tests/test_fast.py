@@ -1211,6 +1211,39 @@ def test_stdin_the_fast_path_leaves_is_there_for_the_full_command(
     assert sys.stdin.buffer.read() == data  # what the full command reads next
 
 
+@pytest.mark.parametrize("fast_path", ["1", "0"])
+def test_a_refused_keyed_command_leaves_no_file_behind(make_run: MakeRun, fast_path: str) -> None:
+    """In a real process, which exits without collecting its garbage: the key index a refused
+    command looked in is closed, so SQLite leaves no `-wal` or `-shm` file beside it."""
+    store = make_run()
+    start(store)
+    env = {**os.environ, "CREW_HOME": str(store.paths.home.root), "CREW_SESSION_ID": SESSION}
+    crew = [sys.executable, "-m", "crew", "follow-up", "latest", "plan"]
+    sent = subprocess.run(
+        [*crew, "x", "--idempotency-key", "k1"], env=env, capture_output=True, check=False
+    )
+    assert sent.returncode == 0, sent.stderr
+    before = snapshot_files(store.paths.home.root)
+
+    refused = subprocess.run(
+        [*crew, "other", "--idempotency-key", "k1"],
+        env={**env, "CREW_FAST": fast_path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    added = subprocess.run(
+        [sys.executable, "-m", "crew", "add", "latest", "y", "--agent", "nobody"],
+        env={**env, "CREW_FAST": fast_path},
+        capture_output=True,
+        check=False,
+    )
+
+    assert refused.returncode == 4 and "with a different body" in refused.stderr
+    assert added.returncode == 5
+    assert snapshot_files(store.paths.home.root) == before
+
+
 def test_a_worker_is_the_full_commands_to_check(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -230,10 +230,13 @@ class RunStore:
                     message=f"repaired the run's files: {'; '.join(repairs)}",
                     data={"repairs": repairs},
                 )
-            yield txn
-            if settle is not None and txn.changed:
-                settle(txn)
-            txn.commit()
+            try:
+                yield txn
+                if settle is not None and txn.changed:
+                    settle(txn)
+                txn.commit()
+            finally:
+                txn.close()
 
     def write_snapshots(self, state: RunState, *, tasks: bool | Collection[str], run: bool) -> None:
         """Replace manifest.json (if `run`) and the files of the tasks named (`tasks=True`:

@@ -295,10 +295,9 @@ class Txn:
 
     def commit(self) -> None:
         """Write everything staged: events (the commit point), mailbox, snapshots, marker."""
-        for index in self._key_indexes:  # a cache of what the files held before, saved by a
-            if self._events:  # change alone: a replay writes nothing (best effort)
+        if self._events:  # a cache of what the files held before, saved by a change alone: a
+            for index in self._key_indexes:  # replay writes nothing (best effort)
                 index.save_if_behind()
-            index.close()
         store = self.store
         if not self._events:
             if self._dirty_tasks:  # only volatile fields changed
@@ -329,6 +328,12 @@ class Txn:
             store.remember(self.state, snapshots=bool(self._dirty_tasks) or self._run_dirty)
         except (StoreError, OSError) as error:
             raise committed_error(error) from None
+
+    def close(self) -> None:
+        """The transaction is over, committed or not: let go of what it held open."""
+        for index in self._key_indexes:
+            index.close()
+        self._key_indexes = []
 
     def _events_size(self) -> int | None:
         """events.jsonl's size as this transaction's recovery checked it (None: unknown)."""
