@@ -1620,6 +1620,68 @@ def test_doctor_imports_no_typer(make_run: MakeRun) -> None:
     assert typer_free(["doctor", "--home", str(store.paths.home.root)]) == (1, [])
 
 
+def _plugin_on_path(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An installed pydantic plugin (a distribution whose entry point is in the `pydantic`
+    group) that notes in a file when it is loaded: the environment that has it, and the file."""
+    site = tmp_path / "site"
+    info = site / "tracer-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tracer\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\ntracer = tracer:plugin\n")
+    loaded = tmp_path / "loaded"
+    (site / "tracer.py").write_text(
+        "import os\n"
+        "open(os.environ['TRACER_LOADED'], 'a').close()\n"
+        "class Plugin:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n"
+        "plugin = Plugin()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site), "TRACER_LOADED": str(loaded)}
+    return env, loaded
+
+
+def test_the_command_line_loads_no_pydantic_plugin_and_the_library_does(
+    make_run: MakeRun, tmp_path: Path
+) -> None:
+    store = make_run()
+    env, loaded = _plugin_on_path(tmp_path)
+    home = str(store.paths.home.root)
+    for fast_path in ("1", "0"):  # `doctor` without typer, and through it
+        subprocess.run(
+            [sys.executable, "-m", "crew", "doctor", "--home", home],
+            env={**env, "CREW_FAST": fast_path},
+            capture_output=True,
+            check=True,
+        )
+        assert not loaded.exists()
+    subprocess.run([sys.executable, "-c", "import crew.models"], env=env, check=True)
+    assert loaded.exists()  # the plugin is there to be found: `import crew` finds it
+
+
+def test_only_the_loaders_one_name_is_stood_in_for(tmp_path: Path) -> None:
+    """What the installed pydantic imports of its plugin loader is what crew/fast/no_plugins.py
+    has; anything else asked of it brings the real loader back, which loads plugins."""
+    import pydantic
+
+    package = Path(pydantic.__file__).parent
+    imported = {
+        line.strip()
+        for source in package.rglob("*.py")
+        for line in source.read_text(encoding="utf-8").splitlines()
+        if re.search(r"\b_loader import\b", line)
+    }
+    assert imported == {"from ._loader import get_plugins"}
+    env, loaded = _plugin_on_path(tmp_path)
+    program = (
+        "import sys; from crew.fast import no_plugins; no_plugins.install(); "
+        "assert no_plugins.PYDANTIC_ENTRY_POINT_GROUP == 'pydantic'; "
+        "assert sys.modules[no_plugins.LOADER] is not no_plugins; import crew.models"
+    )
+    subprocess.run([sys.executable, "-c", program], env=env, check=True)
+    assert loaded.exists()
+
+
 def test_a_full_commands_collector_is_paused_for_its_start_up_and_runs_once_it_begins(
     make_run: MakeRun,
 ) -> None:
