@@ -25,7 +25,7 @@ from test_verbs import ask, start
 from crew import clock, errors, fast, ids, models, registry, text
 from crew.cli import build_app
 from crew.domain import change, gate, lease
-from crew.fast import cmdline, output, people, runfiles, sending, status
+from crew.fast import cmdline, committing, output, people, runfiles, sending, status
 from crew.fast import runs as fast_runs
 from crew.models import Event, Usage
 from crew.paths import Home
@@ -1013,6 +1013,12 @@ def test_a_replay_prints_what_the_full_command_prints(
         ("handoff", "RUN", "other@ci", "--json"),
         ("handoff", "RUN", "two\nlines"),
         ("handoff", "RUN", "other@ci", "--session", "intruder@ci", "--force", "-q"),
+        ("handoff", "RUN", "other@ci", "-q"),
+        ("handoff", "RUN", SESSION),  # already its owner
+        ("handoff", "RUN", SESSION, "--json"),
+        ("handoff", "RUN", "task:plan"),  # a worker of the run
+        ("handoff", "RUN", "task:nope"),  # no such task: 5
+        ("handoff", "RUN", "other@ci", "--session", "intruder@ci"),  # not the owner: 4
         ("cancel", "RUN"),
         ("cancel", "RUN", "plan", "--json"),
         ("cancel", "RUN", "--grace", "1s", "-q"),
@@ -1046,6 +1052,28 @@ def test_add_handoff_and_cancel_do_what_the_full_commands_do(
     assert fast_store.paths.events.read_bytes().count(b"\n") == (
         RunStore.open(Home(twins.full), twins.run_id).paths.events.read_bytes().count(b"\n")
     )
+
+
+def test_a_handoff_of_a_manifest_crew_did_not_write_so_is_the_full_commands(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Its fields out of order: the full command writes it as the models do."""
+    store = make_run()
+    start(store)
+    run = json.loads(store.paths.manifest.read_bytes())
+    moved = {"config": run.pop("config"), **run}
+    store.paths.manifest.write_text(json.dumps(moved, indent=2) + "\n")
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "handoff", twins.run_id, "other@ci")
+
+    assert (quick.code, quick.out) == (full.code, full.out)
+    twins.same_files()
+    written = json.loads((twins.fast / "state/runs" / twins.run_id / "manifest.json").read_bytes())
+    assert next(iter(written)) == "runId"
 
 
 @pytest.mark.parametrize(
@@ -1536,6 +1564,11 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
         == answering.CONTACT_FIELDS
     )
     assert ContactType.NEED_SELECTION.value == answering.NEED_SELECTION
+    from crew.fast import handing
+
+    assert tuple(f.alias or n for n, f in models.Run.model_fields.items()) == handing.RUN_FIELDS
+    assert {s.value for s in registry.RunStatus if not s.terminal} == handing.LIVE_RUN
+    assert registry.EventType.OWNERSHIP_TRANSFERRED.value == handing.TRANSFERRED
     for name, verb in sending.VERBS.items():
         full = {
             "steer": gate.STEER,
@@ -1576,16 +1609,17 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         f" fast(['logs', 'latest', 'plan', '--tail', '1', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['follow-up', 'latest', 'plan', 'x', '--idempotency-key', 'k', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['follow-up', 'latest', 'plan', 'x', '--idempotency-key', 'k', '--home', {str(store.paths.home.root)!r}]),"
-        f" fast(['steer', 'latest', 'plan', 'y', '--wait', '--timeout', '1ms', '--home', {str(store.paths.home.root)!r}])]; "
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        f" fast(['steer', 'latest', 'plan', 'y', '--wait', '--timeout', '1ms', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['handoff', 'latest', 'other@ci', '--home', {str(store.paths.home.root)!r}])]; "
+        "heavy = sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
         "sys.stderr.write(repr((codes, heavy)))"
     )
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    # a keyed send, its replay, and a wait that timed out (its error on stderr first)
-    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3], [])")
+    # a keyed send, its replay, a wait that timed out (its error on stderr first), a handoff
+    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0], [])")
 
 
 def typer_free(argv: list[str]) -> tuple[int | None, list[str]]:
@@ -1771,7 +1805,7 @@ def test_a_send_killed_after_its_event_is_completed_by_the_next_writer(
                 raise _Killed
             return real(fd, data, fsync=fsync)
 
-        monkeypatch.setattr(sending, "write_lines", second_write_dies)
+        monkeypatch.setattr(committing, "write_lines", second_write_dies)
     else:
         method = "write_task" if killed_at == "the task file" else "write_marker"
         monkeypatch.setattr(runfiles.RunFiles, method, killed)

@@ -47,7 +47,14 @@ def add(call: Call) -> int:
 
 
 def handoff(call: Call) -> int:
-    """`crew handoff RUN SESSION` (crew/cli/send.py `handoff`)."""
+    """`crew handoff RUN SESSION` (crew/cli/send.py `handoff`): without the models in the
+    common case (crew/fast/handing.py)."""
+    from crew.fast import handing
+
+    try:
+        return handing.handoff(call)
+    except Fallback:
+        pass  # nothing was written
     committed(call, "crew.verbs")
     return hand_off(
         call.arguments["run"],

@@ -48,14 +48,15 @@ def session(explicit: str | None) -> Session:
         raise Fallback
     from_env = os.environ.get("CREW_SESSION_ID") or None
     for value in (explicit, from_env):
-        if value is not None and not _plain_session(value):
+        if value is not None and not plain_session(value):
             raise Fallback
     mine = from_env or f"{_user()}@{os.uname().nodename}"
     name = explicit if explicit is not None else mine
     return Session(name, mine if name != mine else None)
 
 
-def _plain_session(value: str) -> bool:
+def plain_session(value: str) -> bool:
+    """Whether `value` is a person's session crew/ids.py takes (not a worker's)."""
     return plain_text_id(value) and not value.startswith(WORKER_SESSION_PREFIX)
 
 

@@ -226,10 +226,13 @@ class RunFiles:
         return task
 
     def write_task(self, task: dict[str, Any]) -> None:
-        """Replace a task's snapshot (crew/store/taskfiles.py, crew/store/snapshot.py
-        `dump_model`); it is derived from the event log, so not fsynced."""
-        data = json.dumps(task, ensure_ascii=False, indent=2).encode() + b"\n"
-        replace(f"{self.root}/{TASKS_DIR}/{task['id']}{SUFFIX}", data)
+        """Replace a task's snapshot (crew/store/taskfiles.py); it is derived from the event
+        log, so not fsynced."""
+        replace(f"{self.root}/{TASKS_DIR}/{task['id']}{SUFFIX}", _snapshot(task))
+
+    def write_manifest(self, run: dict[str, Any]) -> None:
+        """Replace manifest.json (crew/store/snapshots.py `write`), not fsynced either."""
+        replace(self.manifest, _snapshot(run))
 
     def write_marker(
         self, before: Marker, seq: int, events_size: int, ends: dict[str, int]
@@ -371,6 +374,11 @@ def write_lines(fd: int, data: bytes, *, fsync: bool) -> int:
         os.ftruncate(fd, start)
         raise
     return start + len(data)
+
+
+def _snapshot(record: dict[str, Any]) -> bytes:
+    """A snapshot as crew/store/snapshot.py `dump_model` writes one."""
+    return json.dumps(record, ensure_ascii=False, indent=2).encode() + b"\n"
 
 
 def replace(path: str, data: bytes) -> None:

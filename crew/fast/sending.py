@@ -16,17 +16,14 @@ import sys
 
 from crew.fast import PLAIN_DURATION, answering, people
 from crew.fast.cmdline import Call, Fallback, stdin_text
+from crew.fast.committing import commit, formats_apart
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
-    LINE_LIMIT,
     Marker,
     RunFiles,
     RunLock,
-    fsync_enabled,
     is_task_id,
-    open_append,
     open_run,
-    write_lines,
 )
 from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
@@ -263,9 +260,10 @@ def _sent(
         closed, running = answering.answered(task, contact, message)
         event["message"] = answering.event_text(task_id, contact, _short(body))
         event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
-        at = _commit(files, marker, verb, event, message, running)
     else:
-        at = _commit(files, marker, verb, event, message, None)
+        running = None
+    at = commit(files, marker, event, mail=(verb.box, message), task=running)
+    assert at is not None  # a mailbox line was written
     return message, at
 
 
@@ -311,7 +309,7 @@ def _replayed(
         body,
     ):
         raise Fallback
-    if (state.get("data") or {}).get("secret") or _formats_apart(state):
+    if (state.get("data") or {}).get("secret") or formats_apart(state):
         raise Fallback
     return as_written(state)
 
@@ -376,66 +374,6 @@ def _event(
         "message": f"{verb.name} {message['taskId']}: {_short(message['body'])}",
         "data": {**who.stamp(), "mailboxMessage": message},
     }
-
-
-def _commit(
-    files: RunFiles,
-    marker: Marker,
-    verb: Verb,
-    event: dict[str, Any],
-    message: dict[str, Any],
-    task: dict[str, Any] | None,
-) -> int:
-    """crew/store/txn.py `commit`: the event (the commit point, the one file fsynced), the
-    mailbox line, the task's snapshot if it changed, the marker. Returns where the mailbox
-    line begins."""
-    import json
-
-    if _formats_apart(event):
-        raise Fallback
-    event_line = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    mail_line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    if max(len(event_line), len(mail_line)) > LINE_LIMIT:
-        raise Fallback
-    events, box = open_append(files.events), -1
-    try:
-        box = open_append(files.box(verb.box))
-        try:
-            events_size = write_lines(events, event_line, fsync=fsync_enabled())
-        except OSError:
-            raise Fallback from None  # nothing was written: the full command reports it
-        try:
-            box_size = write_lines(box, mail_line, fsync=False)
-            if task is not None:
-                files.write_task(task)
-            files.write_marker(marker, event["seq"], events_size, {verb.box: box_size})
-        except OSError as error:
-            _committed_failure(error)
-    finally:
-        os.close(events)
-        if box >= 0:
-            os.close(box)
-    return box_size - len(mail_line)
-
-
-def _formats_apart(value: object) -> bool:
-    """Whether `value` holds a number Python's json writes otherwise than pydantic does (a float
-    under 1e-4: `1e-05` against `0.00001`): the full command writes those, so the bytes agree."""
-    if isinstance(value, float):
-        return 0 < abs(value) < 1e-4
-    if isinstance(value, dict):
-        return any(_formats_apart(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_formats_apart(v) for v in value)
-    return False
-
-
-def _committed_failure(error: OSError) -> None:
-    """The event is written but not the rest: said as the full command says it (and
-    completed by the next command that changes the run)."""
-    from crew.store.txn import committed_error
-
-    raise committed_error(error)
 
 
 def _print(

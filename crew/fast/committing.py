@@ -1,0 +1,89 @@
+"""crew/store/txn.py `commit` on the fast path, for a change of one event: the event (the commit
+point, the one file fsynced), then what it carries — a mailbox line, a task's snapshot,
+manifest.json — then the marker. Before the event nothing is written, so a failure there hands
+the command to the full one (Fallback); after it, a failure is the full command's to explain
+as it explains one of its own (`committed_error`), and the next command that changes the run
+completes what is missing from the event log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from crew.fast.cmdline import Fallback
+from crew.fast.runfiles import (
+    LINE_LIMIT,
+    Marker,
+    RunFiles,
+    fsync_enabled,
+    open_append,
+    write_lines,
+)
+
+TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def commit(
+    files: RunFiles,
+    marker: Marker,
+    event: dict[str, Any],
+    *,
+    mail: tuple[str, dict[str, Any]] | None = None,
+    task: dict[str, Any] | None = None,
+    run: dict[str, Any] | None = None,
+) -> int | None:
+    """Write `event`, then the line of `mail` (its mailbox file's name and the message), the
+    snapshot of `task` and manifest.json (`run`), each if given, then the marker. Returns where
+    the mailbox line begins (None without one)."""
+    if formats_apart(event):
+        raise Fallback
+    event_line = _line(event)
+    mail_line = _line(mail[1]) if mail is not None else b""
+    if max(len(event_line), len(mail_line)) > LINE_LIMIT:
+        raise Fallback
+    events, box = open_append(files.events), -1
+    ends: dict[str, int] = {}
+    try:
+        if mail is not None:
+            box = open_append(files.box(mail[0]))
+        try:
+            events_size = write_lines(events, event_line, fsync=fsync_enabled())
+        except OSError:
+            raise Fallback from None  # nothing was written: the full command reports it
+        try:
+            if mail is not None:
+                ends[mail[0]] = write_lines(box, mail_line, fsync=False)
+            if task is not None:
+                files.write_task(task)
+            if run is not None:
+                files.write_manifest(run)
+            files.write_marker(marker, event["seq"], events_size, ends)
+        except OSError as error:
+            from crew.store.txn import committed_error
+
+            raise committed_error(error) from None
+    finally:
+        os.close(events)
+        if box >= 0:
+            os.close(box)
+    return ends[mail[0]] - len(mail_line) if mail is not None else None
+
+
+def formats_apart(value: object) -> bool:
+    """Whether `value` holds a number Python's json writes otherwise than pydantic does (a float
+    under 1e-4: `1e-05` against `0.00001`): the full command writes those, so the bytes agree."""
+    if isinstance(value, float):
+        return 0 < abs(value) < 1e-4
+    if isinstance(value, dict):
+        return any(formats_apart(v) for v in value.values())
+    if isinstance(value, list):
+        return any(formats_apart(v) for v in value)
+    return False
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    """A JSONL line as crew/store/jsonl.py writes one."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
