@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
-import secrets
 from datetime import UTC, datetime
 
 from crew.errors import UsageError
@@ -38,24 +37,28 @@ def new_run_id(moment: datetime | None = None) -> str:
 
 
 def new_message_id() -> str:
-    return f"msg_{secrets.token_hex(8)}"
+    return f"msg_{os.urandom(8).hex()}"
 
 
 def new_event_id() -> str:
-    return f"evt_{secrets.token_hex(8)}"
+    return f"evt_{os.urandom(8).hex()}"
 
 
 def new_contact_id() -> str:
-    return f"q_{secrets.token_hex(6)}"
+    return f"q_{os.urandom(6).hex()}"
 
 
 def new_worker_token() -> str:
     """A worker's secret (CREW_WORKER_TOKEN): 256 random bits."""
+    import secrets  # here: a command that starts no worker spares its import (with hmac's)
+
     return secrets.token_urlsafe(32)
 
 
 def token_hash(token: str) -> str:
     """What a run keeps of a worker's secret: its SHA-256, in hex."""
+    import hashlib  # here: only a worker's command, and a leader, hash a token
+
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
 
 

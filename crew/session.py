@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from crew.ids import (
     parse_worker_session,
     worker_session,
 )
+from crew.procs.liveness import host
 from crew.registry import LEADER, EventData
 
 #: What the leader gives every worker, all of which a worker's command needs to act as its task.
@@ -197,4 +197,4 @@ def _user_at_host() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{host()}"

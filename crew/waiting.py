@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import os
 import select
-import socket
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -15,6 +14,7 @@ from crew import clock
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import MailboxMessage, Run, Task
+from crew.procs.liveness import host
 from crew.registry import LIVE_TASK_STATUSES, MessageStatus, TaskStatus
 from crew.results.leading import Waited
 from crew.results.sending import Sent
@@ -182,7 +182,7 @@ class _LeaderWatch:
         info = lease.leader
         age = clock.seconds_since(info.heartbeat_at)
         self._stale_at = time.monotonic() + max(0.0, stale_after - age) + 0.05
-        if info.pid != self._pid and info.host == socket.gethostname():
+        if info.pid != self._pid and info.host == host():
             self.close()
             self._pid = info.pid
             with contextlib.suppress(OSError, AttributeError):

@@ -22,7 +22,6 @@ questions, cancelling other tasks or the run, handing the run over, adding tasks
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 
 from crew.domain import mailbox
@@ -168,6 +167,8 @@ def check_worker(worker: WorkerCredentials, home: Home) -> None:
 
 def _verified(task: Task | None, worker: WorkerCredentials) -> Task:
     """The worker's task, once its secret matches the task's record and the task is live."""
+    import hmac  # here: only a worker's command checks credentials
+
     expected = task.token_hash if task is not None else None
     if (
         task is None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -13,6 +12,7 @@ from crew.errors import Corrupt, Refused, StoreError
 from crew.models import LeaderAdapter, LeaderInfo
 from crew.paths import RunPaths
 from crew.procs import is_alive
+from crew.procs.liveness import host
 from crew.store import snapshot
 from crew.store.files import make_dirs
 
@@ -53,7 +53,7 @@ def read_lease(paths: RunPaths, *, stale_after: float) -> Lease:
             f"leader pid {info.pid} on {info.host} stopped: {info.stopped_reason}",
         )
     # A pid means something only on its own host; elsewhere the heartbeat alone decides.
-    if info.host == socket.gethostname() and not is_alive(info.pid):
+    if info.host == host() and not is_alive(info.pid):
         return Lease(LeaseState.STALE, info, f"leader pid {info.pid} on {info.host} is gone")
     if age > stale_after:
         return Lease(
@@ -101,7 +101,7 @@ def new_lease(session: str, epoch: int) -> LeaderInfo:
     at = clock.now()
     return LeaderInfo(
         pid=os.getpid(),
-        host=socket.gethostname(),
+        host=host(),
         session=session,
         epoch=epoch,
         started_at=at,

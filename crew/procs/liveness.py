@@ -1,8 +1,15 @@
-"""What /proc says of a process: whether it lives, and whose child it is."""
+"""What /proc says of a process: whether it lives, and whose child it is; and the host a pid
+means something on."""
 
 from __future__ import annotations
 
 import os
+
+
+def host() -> str:
+    """This machine's name: the kernel's node name, what `gethostname` returns (without the
+    `socket` module's import)."""
+    return os.uname().nodename
 
 
 def stat_fields(pid: int) -> list[bytes] | None:

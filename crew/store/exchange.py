@@ -8,11 +8,13 @@ falls back to a plain rename.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import functools
 import os
-from collections.abc import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -33,6 +35,8 @@ def exchange(a: str, b: str) -> bool:
         return False
     if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
+    import ctypes  # loaded by `_function`
+
     code = ctypes.get_errno()
     if code in _UNSUPPORTED:
         _unsupported = True
@@ -43,6 +47,8 @@ def exchange(a: str, b: str) -> bool:
 @functools.cache
 def _function() -> Callable[..., int] | None:
     """The C library's renameat2 (None if it has none)."""
+    import ctypes  # here: a command that swaps no file spares its import
+
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -43,7 +42,7 @@ def write_atomic(
     """
     durable = durable and fsync_enabled()
     folder, name = os.path.split(os.fspath(path))
-    temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     replaced = False
     try:
         with _left_as_it_was(path):
