@@ -22,9 +22,9 @@ from conftest import SESSION, CliResult, config, snapshot_files
 from test_cli_admin import _damage
 from test_verbs import ask, start
 
-from crew import clock, errors, fast, ids, models, registry, text
+from crew import clock, errors, fast, ids, models, registry, text, verbs
 from crew.cli import build_app
-from crew.domain import change, gate, lease
+from crew.domain import change, gate, lease, tasks
 from crew.fast import cmdline, committing, output, people, runfiles, sending, status
 from crew.fast import runs as fast_runs
 from crew.models import Event, Usage
@@ -1009,6 +1009,11 @@ def test_a_replay_prints_what_the_full_command_prints(
         ("add", "RUN", "x", "--agent", "coder", "--id", "plan"),  # taken: 4
         ("add", "RUN", "x", "--agent", "coder", "--id", "Bad/Id"),  # 2
         ("add", "RUN", "x", "--agent", "coder", "--session", "intruder@ci"),  # not the owner: 4
+        ("add", "RUN", " \n", "--agent", "coder"),  # a blank prompt: 2
+        ("add", "RUN", "x", "--agent", "coder", "--title", "t" * 1025),  # 2
+        ("add", "RUN", "x", "--agent", "coder", "--depends-on", "extra"),  # not yet added: 5
+        ("add", "RUN", "x", "--agent", "coder", "--id", "coder-1", "-q"),
+        ("add", "RUN", "x", "--agent", "coder", "--idempotency-key", "k-1", "--json"),
         ("handoff", "RUN", "other@ci"),
         ("handoff", "RUN", "other@ci", "--json"),
         ("handoff", "RUN", "two\nlines"),
@@ -1052,6 +1057,85 @@ def test_add_handoff_and_cancel_do_what_the_full_commands_do(
     assert fast_store.paths.events.read_bytes().count(b"\n") == (
         RunStore.open(Home(twins.full), twins.run_id).paths.events.read_bytes().count(b"\n")
     )
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+@pytest.mark.parametrize("title", [None, "A title"])
+def test_an_added_task_is_written_as_the_model_writes_it(
+    key: str | None, title: str | None
+) -> None:
+    from crew.fast import adding
+
+    agents = {"coder": {"maxAttempts": 3}}
+    written = adding._task("t", "coder", "Do it\nwell", title, ["plan"], {"agents": agents},
+                           "2026-12-03T10:00:00.000000Z", key)  # fmt: skip
+    model = models.Task(
+        id="t",
+        agent="coder",
+        title=title or "Do it",
+        prompt="Do it\nwell",
+        status=TaskStatus.QUEUED,
+        depends_on=["plan"],
+        max_attempts=3,
+        added_at="2026-12-03T10:00:00.000000Z",
+        idempotency_key=key,
+    )
+    assert json.dumps(written) == json.dumps(model.to_dict())
+
+
+def _keyed_follow_up(store: RunStore) -> None:
+    verbs.follow_up(store, "plan", "more", session=SESSION, idempotency_key="k")
+
+
+def _keyed_add(store: RunStore) -> None:
+    verbs.add_task(store, agent="coder", prompt="x", session=SESSION, idempotency_key="k")
+
+
+def _plan_fails(store: RunStore) -> None:
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.FAILED, ended_at=txn.at, error="it broke")
+
+
+def _flagged(store: RunStore) -> None:
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.NEEDS_REVIEW, error="look at it")
+
+
+@pytest.mark.parametrize(
+    ("before", "args"),
+    [
+        (_keyed_follow_up, ("--idempotency-key", "k")),  # a key a message carried: 4
+        (_keyed_add, ("--idempotency-key", "k")),  # the same request again: replayed
+        (_keyed_add, ("--idempotency-key", "k", "--id", "other")),  # another request: 4
+        (_keyed_add, ("--idempotency-key", "k", "--depends-on", "plan")),  # another: 4
+        (_keyed_add, ("--idempotency-key", "k", "--json")),
+        (_keyed_add, ("--idempotency-key", "k", "--id", "coder-1", "-q")),  # its id: the same
+        (_keyed_add, ("-q",)),  # coder-1 is taken
+        (_plan_fails, ("--depends-on", "plan", "--json")),  # cancelled as it is added
+        (_flagged, ()),  # the run follows its tasks: flagged
+    ],
+)
+def test_an_add_the_run_refuses_replays_or_settles_is_the_full_commands(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    before: Callable[[RunStore], None],
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    before(store)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "add", twins.run_id, "x", "--agent", "coder", *args)
+
+    assert (quick.code, _normal(quick.err.encode(), twins.fast)) == (
+        full.code,
+        _normal(full.err.encode(), twins.full),
+    )
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
 
 
 def test_a_handoff_of_a_manifest_crew_did_not_write_so_is_the_full_commands(
@@ -1569,6 +1653,19 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     assert tuple(f.alias or n for n, f in models.Run.model_fields.items()) == handing.RUN_FIELDS
     assert {s.value for s in registry.RunStatus if not s.terminal} == handing.LIVE_RUN
     assert registry.EventType.OWNERSHIP_TRANSFERRED.value == handing.TRANSFERRED
+    from crew import config as crew_config
+    from crew.domain import adding as domain_adding
+    from crew.domain import tasks as domain_tasks
+    from crew.fast import adding
+
+    assert registry.EventType.TASK_QUEUED.value == adding.QUEUED
+    assert (adding.MAX_TASK_PROMPT, adding.MAX_TITLE, adding.MAX_ID_LENGTH) == (
+        crew_config.MAX_TASK_PROMPT,
+        crew_config.MAX_TITLE,
+        ids.MAX_ID_LENGTH,
+    )
+    assert {s.value for s in domain_tasks._BLOCKING_ENDS} == adding.BLOCKING_ENDS
+    assert domain_adding._NOT_ID.pattern == adding._NOT_ID.pattern
     for name, verb in sending.VERBS.items():
         full = {
             "steer": gate.STEER,
@@ -1610,6 +1707,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         f" fast(['follow-up', 'latest', 'plan', 'x', '--idempotency-key', 'k', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['follow-up', 'latest', 'plan', 'x', '--idempotency-key', 'k', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['steer', 'latest', 'plan', 'y', '--wait', '--timeout', '1ms', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['add', 'latest', 'more', '--agent', 'coder', '--idempotency-key', 'a1', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['handoff', 'latest', 'other@ci', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
@@ -1618,8 +1716,9 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    # a keyed send, its replay, a wait that timed out (its error on stderr first), a handoff
-    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0], [])")
+    # a keyed send, its replay, a wait that timed out (its error on stderr first), an add, a
+    # handoff
+    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0], [])")
 
 
 def typer_free(argv: list[str]) -> tuple[int | None, list[str]]:

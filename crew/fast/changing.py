@@ -30,6 +30,12 @@ def add(call: Call) -> int:
     if agent is None:
         raise Fallback  # the typer command says the option is missing
     prompt = stdin_text(call.arguments["prompt"])
+    from crew.fast import adding
+
+    try:
+        return adding.add(call, prompt)  # without the models in the common case
+    except Fallback:
+        pass  # nothing was written
     committed(call, "crew.verbs")
     return add_task(
         call.arguments["run"],

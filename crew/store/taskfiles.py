@@ -23,6 +23,22 @@ SUFFIX = ".json"
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def task_ids(run_dir: str | os.PathLike[str]) -> set[str] | None:
+    """The ids of the tasks whose snapshots `read_task_snapshots` reads, without reading them
+    (None: the run has no `tasks/` folder)."""
+    try:
+        entries = os.scandir(os.path.join(run_dir, TASKS_DIR))
+    except FileNotFoundError:
+        return None
+    with entries:
+        return {entry.name[: -len(SUFFIX)] for entry in entries if _is_snapshot(entry.name)}
+
+
+def _is_snapshot(name: str) -> bool:
+    """Not a temp file of a write in progress, nor one set aside as corrupt."""
+    return not name.startswith(".") and name.endswith(SUFFIX)
+
+
 def read_task_snapshots(run_dir: str | os.PathLike[str]) -> dict[str, bytes] | None:
     """The bytes of every task snapshot of the run in `run_dir`, by task id, in no particular
     order (None: the run has no `tasks/` folder — an older run, whose tasks are the JSON array
@@ -37,7 +53,7 @@ def read_task_snapshots(run_dir: str | os.PathLike[str]) -> dict[str, bytes] | N
     with entries:
         for entry in entries:
             name = entry.name
-            if name.startswith(".") or not name.endswith(SUFFIX):
+            if not _is_snapshot(name):
                 continue
             try:
                 fd = os.open(entry.path, _READ_FLAGS)
