@@ -1733,7 +1733,7 @@ def typer_free(argv: list[str]) -> tuple[int | None, list[str]]:
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
-    code, heavy = ast.literal_eval(done.stderr)  # the repr the program wrote
+    code, heavy = ast.literal_eval(done.stderr.splitlines()[-1])  # the repr the program wrote
     return code, heavy
 
 

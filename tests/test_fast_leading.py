@@ -122,6 +122,34 @@ def test_a_resume_prints_writes_and_exits_as_the_full_command_does(
 @pytest.mark.parametrize(
     "args",
     [
+        ("--no-input",),
+        ("--failed", "--json"),
+        ("b", "--max-parallel", "1", "--no-input"),
+        ("a", "--failed"),  # both: 2
+        ("nope", "--no-input"),  # no such task: 5
+        ("Bad/Id",),  # 2
+    ],
+)
+def test_a_rerun_prints_writes_and_exits_as_the_full_command_does(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    first = _twins(tmp_path / "first", TASKS)[0]
+    _crew(first, "run", "crew.toml", "--no-input", full=True)  # b failed: the run ended
+    twins = tmp_path / "full", tmp_path / "fast"
+    for folder in twins:
+        shutil.copytree(first, folder, symlinks=True)
+
+    full = _crew(twins[0], "rerun", "latest", *args, full=True)
+    quick = _crew(twins[1], "rerun", "latest", *args, full=False)
+
+    _same(full, quick, twins)
+    ran = [sorted(p.name for p in (folder / ".crew/state/runs").iterdir()) for folder in twins]
+    assert len(ran[0]) == len(ran[1]) == (2 if full.returncode in {0, 1} else 1)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
         ("run", "missing.toml"),
         ("run", "crew.toml", "--timeout", "forever"),
         ("run", "crew.toml", "--session", "two\nlines"),
@@ -199,3 +227,7 @@ def test_an_error_once_the_run_exists_is_reported_never_run_again(
 def test_a_leader_on_the_fast_path_imports_no_typer(tmp_path: Path) -> None:
     write_crew(tmp_path, TASKS[:1])
     assert typer_free(["run", str(tmp_path / "crew.toml"), "-q", "--no-input"]) == (0, [])
+    assert typer_free(["rerun", "latest", "--no-input", "--home", str(tmp_path / ".crew")]) == (
+        0,
+        [],
+    )

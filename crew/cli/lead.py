@@ -18,12 +18,10 @@ from crew.cli.common import (
     RunArgument,
     SessionOption,
     TaskOption,
-    actor_for,
     complete_task,
     json_or_jq,
     open_run,
 )
-from crew.ids import check_session_option
 from crew.output import Color
 
 DetachOption = Annotated[
@@ -142,29 +140,19 @@ def rerun(
     on them, and any dependency of theirs that did not complete; every other task is carried as
     it ended, a completed one with its result and log, so its dependents start at once. Exit 0
     when every task completed, 1 otherwise."""
-    from crew.clock import option_duration
-    from crew.errors import UsageError
-    from crew.fast.leading import lead_here
-    from crew.ids import check_task_id
-    from crew.leader import LeadOptions, start_rerun
+    from crew.fast.leading import rerun_and_lead
 
-    names = tasks or []
-    if failed and names:
-        raise UsageError("Give either --failed or the tasks to run again, not both.")
-    for name in names:
-        check_task_id(name)
-    run_timeout = option_duration(timeout, "--timeout")
-    check_session_option(session)
-    old = open_run(run, home)
-    who = actor_for(session, old.paths.home)
-    store, plan = start_rerun(old, names, failed=failed, session=who)
-    detail = f": runs {', '.join(plan.again)} of run {plan.run_id} again"
-    if plan.carried:
-        detail += f" (carried as they ended: {', '.join(plan.carried)})"
-    options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
-    interactive = not (no_input or json)
-    return lead_here(
-        store, who, options, detach=detach, json=json, interactive=interactive, detail=detail
+    return rerun_and_lead(
+        run,
+        tasks or [],
+        home=home,
+        session=session,
+        failed=failed,
+        max_parallel=max_parallel,
+        timeout=timeout,
+        detach=detach,
+        json=json,
+        no_input=no_input,
     )
 
 

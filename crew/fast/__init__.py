@@ -1,8 +1,9 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
 most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
-`schema`, `--version`, and a `wait` whose condition already holds; and `doctor`, `validate`,
-`run`, `resume`, `add`, `handoff` and `cancel` without typer (crew/fast/doctor.py,
-validating.py, leading.py, changing.py: they need the models).
+`schema`, `--version`, and a `wait` whose condition already holds, with the standard library
+alone; `add` and `handoff` too in their common case (crew/fast/adding.py, handing.py); and
+`doctor`, `validate`, `run`, `resume`, `rerun`, `add`, `handoff` and `cancel` without typer
+(crew/fast/doctor.py, validating.py, leading.py, changing.py: they need the models).
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common
@@ -50,6 +51,7 @@ RUNNERS: dict[str, tuple[str, str]] = {
     "doctor": ("crew.fast.doctor", "doctor"),
     "run": ("crew.fast.leading", "run"),
     "resume": ("crew.fast.leading", "resume"),
+    "rerun": ("crew.fast.leading", "rerun"),
     "validate": ("crew.fast.validating", "validate"),
     "add": ("crew.fast.changing", "add"),
     "handoff": ("crew.fast.changing", "handoff"),

@@ -161,6 +161,13 @@ SPECS: dict[str, Spec] = {
         slow=_LEAD_SLOW,
     ),
     "resume": Spec(("run",), flags=_LEAD_FLAGS | {"--force"}, values=_LEAD_VALUES, slow=_LEAD_SLOW),
+    "rerun": Spec(
+        ("run",),
+        rest="tasks",
+        flags=_LEAD_FLAGS - {"--quiet", "-q"} | {"--failed"},
+        values=_LEAD_VALUES | {"--max-parallel", "--timeout"},
+        slow=frozenset({"--jq"}),
+    ),
     "validate": Spec(
         (),
         optional=("crew_toml",),

@@ -1,6 +1,6 @@
-"""`crew run` and `crew resume` without typer: their command lines read from the fast path's
-table (crew/fast/cmdline.py), then the bodies below, which the typer commands (crew/cli/lead.py)
-run too.
+"""`crew run`, `crew resume` and `crew rerun` without typer: their command lines read from the
+fast path's table (crew/fast/cmdline.py), then the bodies below, which the typer commands
+(crew/cli/lead.py) run too.
 
 A leader needs pydantic for crew's models whatever parses its command line; what it is spared is
 typer, click and the adapters typer builds for each option: 0.91 times the instructions of the
@@ -67,6 +67,26 @@ def resume(call: Call) -> int:
     )
 
 
+def rerun(call: Call) -> int:
+    """`crew rerun RUN [TASK]...` (crew/cli/lead.py `rerun`)."""
+    count = call.options.get("--max-parallel")
+    if count is not None and not _COUNT.fullmatch(count):
+        raise Fallback  # the typer command reads (or refuses) what it becomes
+    committed(call, "crew.leader")
+    return rerun_and_lead(
+        call.arguments["run"],
+        call.rest,
+        home=call.options.get("--home"),
+        session=call.options.get("--session"),
+        failed="--failed" in call.options,
+        max_parallel=int(count) if count is not None else None,
+        timeout=call.options.get("--timeout"),
+        detach="--detach" in call.options,
+        json="--json" in call.options,
+        no_input="--no-input" in call.options,
+    )
+
+
 def start_and_lead(
     crew_toml: Path | None,
     *,
@@ -119,6 +139,47 @@ def resume_and_lead(
     options = LeadOptions(resume=True, force=force)
     interactive = not (no_input or json)
     return lead_here(store, who, options, detach=detach, json=json, interactive=interactive)
+
+
+def rerun_and_lead(
+    run: str,
+    tasks: list[str],
+    *,
+    home: str | Path | None,
+    session: str | None,
+    failed: bool,
+    max_parallel: int | None,
+    timeout: str | None,
+    detach: bool,
+    json: bool,
+    no_input: bool,
+) -> int:
+    """Run an ended run's tasks again in a new run, and lead it: the body of `crew rerun`."""
+    from crew.clock import option_duration
+    from crew.errors import UsageError
+    from crew.ids import check_session_option, check_task_id
+    from crew.leader import LeadOptions, start_rerun
+    from crew.paths import find_home
+    from crew.session import current_actor
+    from crew.store.runstore import RunStore
+
+    if failed and tasks:
+        raise UsageError("Give either --failed or the tasks to run again, not both.")
+    for name in tasks:
+        check_task_id(name)
+    run_timeout = option_duration(timeout, "--timeout")
+    check_session_option(session)
+    old = RunStore.open(find_home(explicit=home), run)
+    who = current_actor(session, home=old.paths.home.root)
+    store, plan = start_rerun(old, tasks, failed=failed, session=who)
+    detail = f": runs {', '.join(plan.again)} of run {plan.run_id} again"
+    if plan.carried:
+        detail += f" (carried as they ended: {', '.join(plan.carried)})"
+    options = LeadOptions(max_parallel=max_parallel, run_timeout=run_timeout)
+    interactive = not (no_input or json)
+    return lead_here(
+        store, who, options, detach=detach, json=json, interactive=interactive, detail=detail
+    )
 
 
 def lead_here(
