@@ -11,11 +11,14 @@ before each timed `crew respond` the task is waiting again; that wait is not tim
 nudge with a status and acknowledges every frame. `crew wait` waits on a second run that has
 already finished. The other commands read the live run. `crew run` leads a crew of one trivial
 task to its end, in a home of its own, on the fast path and through typer (`CREW_FAST=0`).
-`crew add`, `crew handoff` and `crew cancel` act on runs no leader leads, in a home of their own.
+`crew rerun` leads a run of that crew again, the same two ways. `crew add`, `crew handoff`,
+`crew cancel`, `crew rm` and `crew prune` act on runs no leader leads, in a home of their own;
+`crew init` makes a crew home in a folder emptied before each round.
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -114,10 +117,17 @@ ADMIN = {
     "crew add RUN PROMPT --agent w": ("add", "{idle}", "more work", "--agent", "w"),
     "crew handoff RUN SESSION": ("handoff", "{given}", "other@bench"),
     "crew cancel RUN": ("cancel", "{fresh}"),
+    "crew rm RUN": ("rm", "{fresh}"),
+    "crew prune --keep 0 --dry-run": ("prune", "--keep", "0", "--dry-run"),
+    "crew init DIR": ("init", "{empty}"),
 }
 #: A leader's start-up, with its one trivial worker's run: the fast path against typer.
 LEAD = "crew run CREW_TOML (1 trivial task)"
 LEAD_TYPER = "crew run CREW_TOML (1 trivial task), through typer"
+#: The same, for `crew rerun` of an ended run of that crew.
+RERUN = "crew rerun RUN (1 trivial task)"
+RERUN_TYPER = "crew rerun RUN (1 trivial task), through typer"
+THROUGH_TYPER = {LEAD: LEAD_TYPER, RERUN: RERUN_TYPER}
 
 
 def _finished_run(folder: Path, home_env: dict[str, str]) -> str:
@@ -145,19 +155,35 @@ def _admin(
     definition = load_config(crew_toml)
     idle, given = (create_run(home, definition, crew_dir=folder, session=SESSION) for _ in "ab")
     admin_env = {**env, "CREW_HOME": str(home.root)}
+    empty = where / "empty"
     for key, argv in ADMIN.items():
-        args = [arg.format(idle=idle.run_id, given=given.run_id, fresh="") for arg in argv]
+        names = {"idle": idle.run_id, "given": given.run_id, "fresh": "", "empty": str(empty)}
+        args = [arg.format(**names) for arg in argv]
         commands[key] = Command(crew_argv(*args), admin_env, where)
-    cancel = commands["crew cancel RUN"].argv
+    cancel, remove = commands["crew cancel RUN"].argv, commands["crew rm RUN"].argv
 
     def fresh_run() -> None:
         cancel[-1] = create_run(home, definition, crew_dir=folder, session=SESSION).run_id
+
+    def ended_run() -> None:
+        store = create_run(home, definition, crew_dir=folder, session=SESSION)
+        verbs.cancel(store, session=SESSION)
+        remove[-1] = store.run_id
 
     def owned() -> None:
         if given.state().run.owner_session_id != SESSION:
             verbs.handoff(given, SESSION, session="other@bench")
 
-    return {"crew cancel RUN": fresh_run, "crew handoff RUN SESSION": owned}
+    def emptied() -> None:
+        shutil.rmtree(empty, ignore_errors=True)
+        empty.mkdir()
+
+    return {
+        "crew cancel RUN": fresh_run,
+        "crew rm RUN": ended_run,
+        "crew handoff RUN SESSION": owned,
+        "crew init DIR": emptied,
+    }
 
 
 def _rows(runs: dict[str, list[Spawned]]) -> list[Row]:
@@ -168,8 +194,8 @@ def _rows(runs: dict[str, list[Spawned]]) -> list[Row]:
         median = statistics.median(seconds)
         other = key in OTHER or key in ADMIN
         goal = "≤ 0.3× typer floor" if key in HOT else "≤ 1.0× typer floor" if other else ""
-        if key == LEAD:
-            typer_median = statistics.median(r.seconds for r in runs[LEAD_TYPER])
+        if key in THROUGH_TYPER:
+            typer_median = statistics.median(r.seconds for r in runs[THROUGH_TYPER[key]])
             goal = f"{median / typer_median:.2f}× through typer"
         rss = statistics.median(r.maxrss_kb for r in samples) / 1024
         rows.append(
@@ -218,6 +244,12 @@ def run(quick: bool = False) -> list[Row]:
             lead_argv = crew_argv("run", str(lead_toml), "--no-input", "-q")
             commands[LEAD] = Command(lead_argv, lead_env, leading)
             commands[LEAD_TYPER] = Command(lead_argv, {**lead_env, "CREW_FAST": "0"}, leading)
+            again = folder / "again"
+            again.mkdir()
+            again_env = {**env, "CREW_HOME": str(folder / "again" / ".crew")}
+            rerun_argv = crew_argv("rerun", _finished_run(again, env), "--no-input")
+            commands[RERUN] = Command(rerun_argv, again_env, again)
+            commands[RERUN_TYPER] = Command(rerun_argv, {**again_env, "CREW_FAST": "0"}, again)
 
             def waiting() -> None:
                 wait_for_run(live.store, Until.WAITING, task_id="t1", timeout=30)

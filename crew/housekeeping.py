@@ -22,6 +22,7 @@ from crew.models import Run
 from crew.paths import Home, RunPaths
 from crew.results.admin import KeptRun, Removed, RemovedRun
 from crew.store import removal
+from crew.store.deletion import delete
 from crew.store.runstore import RunStore
 
 #: How old a heartbeat may be, for a run whose crew.toml cannot be read.
@@ -64,7 +65,7 @@ def remove_runs(
             return Removed(removed=[removed[r] for r in named], dry_run=True)
         set_aside = [removal.set_aside(paths) for paths in named.values()]
     for folder in set_aside:
-        removal.delete(folder)
+        delete(folder)
     return Removed(removed=[removed[r] for r in named], leftovers=_sweep(home))
 
 
@@ -111,7 +112,7 @@ def _remove_one(paths: RunPaths) -> _Look:
             folder = removal.set_aside(paths)
     except CrewError as error:
         return _Look(None, error.message)
-    removal.delete(folder)
+    delete(folder)
     return look
 
 
@@ -161,5 +162,5 @@ def _sweep(home: Home) -> list[str]:
     """Delete what removals cut short left behind; their names."""
     found = removal.leftovers(home)
     for folder in found:
-        removal.delete(folder)
+        delete(folder)
     return [folder.name for folder in found]

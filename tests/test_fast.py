@@ -73,6 +73,9 @@ class Twins:
         assert code is not None, "the fast path did not take the command"
         return full, CliResult(code, out.out, out.err)
 
+    def homes(self) -> tuple[Path, Path]:
+        return self.full, self.fast
+
     @staticmethod
     def portable(result: CliResult, home: Path) -> CliResult:
         """What a command printed, with its home's path as HOME (the twins' paths differ)."""
@@ -1136,6 +1139,98 @@ def test_an_add_the_run_refuses_replays_or_settles_is_the_full_commands(
     )
     assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
     twins.same_files()
+
+
+def _removal_scene(make_run: MakeRun) -> tuple[Home, list[str]]:
+    """A home of five runs, oldest first: two ended, one not ended, one led, one ended and led
+    still (its leader about to go); and what an earlier removal cut short left behind."""
+    stores = [make_run() for _ in range(5)]
+    for store in (stores[0], stores[1], stores[4]):
+        verbs.cancel(store, session=SESSION)
+    _alive(stores[3])
+    _alive(stores[4])
+    left = stores[0].paths.home.runs_dir / ".rm-20200101-000000-0000"
+    (left / "logs").mkdir(parents=True)
+    (left / "logs" / "plan.log").write_text("old\n")
+    return stores[0].paths.home, [store.run_id for store in stores]
+
+
+@pytest.mark.parametrize(
+    ("args", "left"),
+    [
+        (("rm", "{0}"), 4),
+        (("rm", "{1}", "{0}", "--json"), 3),
+        (("rm", "{0}", "{1}", "{0}", "--dry-run"), 6),
+        (("rm", "{0}", "--dry-run", "--json"), 6),
+        (("prune", "--keep", "0"), 3),  # not ended, led: kept, and said so
+        (("prune", "--keep", "2", "--json"), 3),  # the two newest kept: all the older went
+        (("prune", "--keep", "4"), 4),
+        (("prune", "--keep", "0", "--dry-run"), 6),
+        (("prune", "--keep", "0", "--dry-run", "--json"), 6),
+        (("prune", "--older-than", "1h"), 5),  # none ended so long ago: only the leftover goes
+        (("prune", "--older-than", "0s", "--json"), 3),
+        (("prune", "--keep", "1", "--older-than", "0ms"), 3),
+    ],
+)
+def test_rm_and_prune_remove_and_print_what_the_full_commands_do(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    left: int,
+) -> None:
+    home, ids = _removal_scene(make_run)
+    now = clock.moment() + timedelta(seconds=2)
+    monkeypatch.setattr(clock, "moment", lambda: now)  # "ended 2s ago" the same both ways
+    twins = Twins(RunStore.open(home, ids[0]), tmp_path)
+
+    full, quick = twins.both(cli, capsys, *(arg.format(*ids) for arg in args))
+
+    assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
+    assert quick.code == 0
+    found = [sorted(p.name for p in (home / "state/runs").iterdir()) for home in twins.homes()]
+    assert found[1] == found[0]
+    assert len(found[1]) == left  # of the five runs and the leftover
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("rm", "{2}"),  # it has not ended: refused
+        ("rm", "{0}", "{3}"),  # one is led: none is removed
+        ("rm", "{4}", "--dry-run"),  # ended, and led
+        ("rm", "{0}", "--force"),
+        ("rm", "nope"),
+        ("rm",),
+        ("prune",),  # --keep, --older-than or both
+        ("prune", "--keep", "-1"),
+        ("prune", "--keep", "x"),
+        ("prune", "--older-than", "soon"),
+        ("prune", "--keep", "0", "--jq", ".removed"),
+    ],
+)
+def test_an_rm_or_prune_the_full_command_explains_is_left_to_it(
+    make_run: MakeRun, args: tuple[str, ...]
+) -> None:
+    home, ids = _removal_scene(make_run)
+    before = snapshot_files(home.root)
+
+    assert fast.fast([*(arg.format(*ids) for arg in args), "--home", str(home.root)]) is None
+
+    assert snapshot_files(home.root) == before and not runfiles.wrote
+
+
+def test_a_prune_keeps_a_run_that_needs_recovery_for_the_full_command(make_run: MakeRun) -> None:
+    home, ids = _removal_scene(make_run)
+    with home.run(ids[1]).events.open("ab") as log:
+        log.write(b'{"torn')  # a write cut short: the full command repairs it first
+    before = snapshot_files(home.root)
+
+    assert fast.fast(["prune", "--keep", "0", "--home", str(home.root)]) is None
+
+    assert snapshot_files(home.root) == before
 
 
 def test_a_handoff_of_a_manifest_crew_did_not_write_so_is_the_full_commands(

@@ -1,7 +1,8 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
 most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
 `schema`, `--version`, and a `wait` whose condition already holds, with the standard library
-alone; `add` and `handoff` too in their common case (crew/fast/adding.py, handing.py); and
+alone; `add`, `handoff`, `rm` and `prune` too in their common case (crew/fast/adding.py,
+handing.py, removing.py); and
 `doctor`, `validate`, `run`, `resume`, `rerun`, `add`, `handoff` and `cancel` without typer
 (crew/fast/doctor.py, validating.py, leading.py, changing.py: they need the models).
 
@@ -53,6 +54,8 @@ RUNNERS: dict[str, tuple[str, str]] = {
     "resume": ("crew.fast.leading", "resume"),
     "rerun": ("crew.fast.leading", "rerun"),
     "validate": ("crew.fast.validating", "validate"),
+    "rm": ("crew.fast.removing", "rm"),
+    "prune": ("crew.fast.removing", "prune"),
     "add": ("crew.fast.changing", "add"),
     "handoff": ("crew.fast.changing", "handoff"),
     "cancel": ("crew.fast.changing", "cancel"),

@@ -168,6 +168,19 @@ SPECS: dict[str, Spec] = {
         values=_LEAD_VALUES | {"--max-parallel", "--timeout"},
         slow=frozenset({"--jq"}),
     ),
+    "rm": Spec(
+        (),
+        rest="runs",
+        flags=frozenset({"--dry-run", "--json"}),
+        values=frozenset({"--home"}),
+        slow=frozenset({"--force", "--jq"}),
+    ),
+    "prune": Spec(
+        (),
+        flags=frozenset({"--dry-run", "--json"}),
+        values=frozenset({"--home", "--keep", "--older-than"}),
+        slow=frozenset({"--jq"}),
+    ),
     "validate": Spec(
         (),
         optional=("crew_toml",),

@@ -2,7 +2,8 @@
 
 Under the run's lock (`hold`), once the caller has checked that no leader leads it, `set_aside`
 renames the folder to `runs/.rm-<id>/`: one atomic step, after which the run is gone from every
-listing and no command can open it. `delete` then removes what that folder holds. A removal cut
+listing and no command can open it. crew/store/deletion.py `delete` then removes what that
+folder holds. A removal cut
 short (a crash, a full disk) leaves a `.rm-` folder, never a run with half its files; the next
 removal deletes such `leftovers`. Nothing here follows a symbolic link: a linked run folder is
 refused, and a link inside one is removed, not what it points to.
@@ -12,9 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,24 +55,6 @@ def set_aside(paths: RunPaths) -> Path:
     if fsync_enabled():
         fsync_dir(paths.home.runs_dir)
     return target
-
-
-def delete(folder: Path) -> None:
-    """Delete a folder that was set aside, and all it holds (links are removed, not followed;
-    what another removal deleted first is not an error)."""
-    if folder.is_symlink():
-        folder.unlink(missing_ok=True)
-        return
-    if sys.version_info >= (3, 12):  # `onerror` is deprecated from 3.12 on
-        shutil.rmtree(folder, onexc=_unless_gone)
-    else:
-        shutil.rmtree(folder, onerror=_unless_gone)
-
-
-def _unless_gone(_function: Callable[..., object], _path: str, info: object) -> None:
-    error = info[1] if isinstance(info, tuple) else info
-    if not isinstance(error, FileNotFoundError):
-        raise error if isinstance(error, BaseException) else OSError(str(error))
 
 
 def leftovers(home: Home) -> list[Path]:
