@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -1233,6 +1234,86 @@ def test_a_prune_keeps_a_run_that_needs_recovery_for_the_full_command(make_run: 
     assert snapshot_files(home.root) == before
 
 
+def _pending_follow_up(store: RunStore) -> None:
+    verbs.follow_up(store, "plan", "more", session=SESSION)
+
+
+def _spawned(store: RunStore) -> None:
+    verbs.add_task(store, agent="coder", prompt="x", task_id="kid", session=SESSION, parent="plan")
+
+
+def _build_flagged(store: RunStore) -> None:
+    """build runs and is flagged; plan completed."""
+    with change(store) as txn:
+        tasks.transition(txn, "plan", TaskStatus.COMPLETED, ended_at=txn.at)
+        tasks.transition(txn, "build", TaskStatus.RUNNING, attempt=1, started_at=txn.at)
+        tasks.transition(txn, "build", TaskStatus.NEEDS_REVIEW, error="look at it")
+
+
+def _another(store: RunStore) -> None:
+    verbs.add_task(store, agent="coder", prompt="x", task_id="other", session=SESSION)
+
+
+def _flagged_and_another(store: RunStore) -> None:
+    _another(store)
+    _flagged(store)
+
+
+@pytest.mark.parametrize(
+    ("before", "args"),
+    [
+        (None, ("build",)),  # queued, nothing depends on it: the run goes on
+        (None, ("plan", "-q")),  # build depends on it: cancelled too, and the run fails
+        (_another, ("plan",)),  # build cancelled with it; other goes on
+        (_pending_follow_up, ("plan",)),  # the follow-up rejected: the full command's
+        (_pending_follow_up, ()),
+        (_spawned, ("kid",)),  # its parent may be told: the full command's
+        (_build_flagged, ("build", "--json")),  # the last one: the run ends failed
+        (_flagged, ("build",)),  # plan still flagged: the run stays so
+        (_flagged, ()),
+        (_flagged_and_another, ("plan", "--json")),  # none flagged now: the run is cleared
+        (_keyed_add, ("plan",)),  # build and coder-1 (which depends on nothing) stay
+    ],
+)
+def test_a_cancel_ends_and_settles_as_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    before: Callable[[RunStore], None] | None,
+    args: tuple[str, ...],
+) -> None:
+    store = make_run()
+    start(store)
+    if before is not None:
+        before(store)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "cancel", twins.run_id, *args)
+
+    assert (quick.code, _normal(quick.err.encode(), twins.fast)) == (
+        full.code,
+        _normal(full.err.encode(), twins.full),
+    )
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    assert RunStore.open(Home(twins.fast), twins.run_id).load().clean
+
+
+def test_a_cancel_on_the_fast_path_stops_the_worker(make_run: MakeRun) -> None:
+    from test_verbs import _worker
+
+    store = make_run()
+    worker = _worker(store, "plan")
+    start(store, pid=worker.pid)
+    home = ["--home", str(store.paths.home.root)]
+
+    assert typer_free(["cancel", "latest", "plan", "--json", "--grace", "5s", *home]) == (0, [])
+
+    assert worker.wait(timeout=10) == -signal.SIGTERM
+    assert store.state().tasks["plan"].status is TaskStatus.CANCELLED
+
+
 def test_a_handoff_of_a_manifest_crew_did_not_write_so_is_the_full_commands(
     make_run: MakeRun,
     cli: Callable[..., CliResult],
@@ -1761,6 +1842,24 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     )
     assert {s.value for s in domain_tasks._BLOCKING_ENDS} == adding.BLOCKING_ENDS
     assert domain_adding._NOT_ID.pattern == adding._NOT_ID.pattern
+    from crew.fast import cancelling
+
+    assert tuple(f.alias or n for n, f in models.Task.model_fields.items()) == (
+        cancelling.TASK_FIELDS
+    )
+    assert {s.value for s in TaskStatus if s.terminal} == cancelling.TERMINAL
+    assert {s.value for s in domain_tasks._BLOCKING_ENDS} == cancelling.BLOCKING
+    kinds = registry.EventType
+    assert (
+        kinds.TASK_CANCELLED.value,
+        kinds.RUN_ENDED.value,
+        kinds.RUN_FLAGGED.value,
+        kinds.RUN_CLEARED.value,
+    ) == (cancelling.CANCELLED, cancelling.ENDED, cancelling.FLAGGED, cancelling.CLEARED)
+    from crew.fast import removing
+    from crew.paths import REMOVING_PREFIX
+
+    assert removing.REMOVING_PREFIX == REMOVING_PREFIX
     for name, verb in sending.VERBS.items():
         full = {
             "steer": gate.STEER,
@@ -1803,6 +1902,7 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         f" fast(['follow-up', 'latest', 'plan', 'x', '--idempotency-key', 'k', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['steer', 'latest', 'plan', 'y', '--wait', '--timeout', '1ms', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['add', 'latest', 'more', '--agent', 'coder', '--idempotency-key', 'a1', '--home', {str(store.paths.home.root)!r}]),"
+        f" fast(['cancel', 'latest', 'build', '--home', {str(store.paths.home.root)!r}]),"
         f" fast(['handoff', 'latest', 'other@ci', '--home', {str(store.paths.home.root)!r}])]; "
         "heavy = sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & "
         "{'pydantic', 'typer', 'click', 'rich', 'filelock', 'crew.models'}); "
@@ -1812,8 +1912,8 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=os.environ
     )
     # a keyed send, its replay, a wait that timed out (its error on stderr first), an add, a
-    # handoff
-    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0], [])")
+    # cancel, a handoff
+    assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0], [])")
 
 
 def typer_free(argv: list[str]) -> tuple[int | None, list[str]]:

@@ -1,10 +1,10 @@
 """The `crew` command's entry point, and a fast path for the commands people and scripts type
 most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
 `schema`, `--version`, and a `wait` whose condition already holds, with the standard library
-alone; `add`, `handoff`, `rm` and `prune` too in their common case (crew/fast/adding.py,
-handing.py, removing.py); and `doctor`, `validate`, `run`, `resume`, `rerun`, `add`,
-`handoff` and `cancel` without typer (crew/fast/doctor.py, validating.py, leading.py,
-changing.py: they need the models).
+alone; `add`, `handoff`, `cancel`, `rm` and `prune` too in their common case
+(crew/fast/adding.py, handing.py, cancelling.py, removing.py); and `doctor`, `validate`, `run`,
+`resume`, `rerun`, `add`, `handoff` and `cancel` without typer (crew/fast/doctor.py,
+validating.py, leading.py, changing.py: they need the models).
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common

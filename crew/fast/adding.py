@@ -89,7 +89,7 @@ def add(call: Call, prompt: str) -> int:
             "message": f"task {task_id} added by {who.name}: {short(task['title'])}",
             "data": {**who.stamp(), "task": task},
         }
-        commit(files, marker, event, task=task)
+        commit(files, marker, [event], tasks=[task])
     lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], task, lease.state)
     return 0

@@ -73,7 +73,20 @@ def handoff(call: Call) -> int:
 
 
 def cancel(call: Call) -> int:
-    """`crew cancel RUN [TASK]` (crew/cli/send.py `cancel`)."""
+    """`crew cancel RUN [TASK]` (crew/cli/send.py `cancel`): without the models in the common
+    case (crew/fast/cancelling.py)."""
+    from crew.clock import parse_duration
+    from crew.fast import cancelling
+
+    try:
+        grace = parse_duration(call.options.get("--grace", "5s"))
+    except ValueError:
+        grace = None  # the full command says why not
+    try:
+        if grace is not None:
+            return cancelling.cancel(call, grace)
+    except Fallback:
+        pass  # nothing was written
     committed(call, "crew.verbs")
     return cancel_run(
         call.arguments["run"],

@@ -1,9 +1,9 @@
-"""crew/store/txn.py `commit` on the fast path, for a change of one event: the event (the commit
-point, the one file fsynced), then what it carries — a mailbox line, a task's snapshot,
-manifest.json — then the marker. Before the event nothing is written, so a failure there hands
-the command to the full one (Fallback); after it, a failure is the full command's to explain
-as it explains one of its own (`committed_error`), and the next command that changes the run
-completes what is missing from the event log.
+"""crew/store/txn.py `commit` on the fast path: the events (the commit point, the one file
+fsynced, all of them in one write), then what they carry — a mailbox line, the snapshots of the
+tasks they changed, manifest.json — then the marker. Before the events nothing is written, so a
+failure there hands the command to the full one (Fallback); after them, a failure is the full
+command's to explain as it explains one of its own (`committed_error`), and the next command
+that changes the run completes what is missing from the event log.
 """
 
 from __future__ import annotations
@@ -29,44 +29,45 @@ if TYPE_CHECKING:
 def commit(
     files: RunFiles,
     marker: Marker,
-    event: dict[str, Any],
+    events: list[dict[str, Any]],
     *,
     mail: tuple[str, dict[str, Any]] | None = None,
-    task: dict[str, Any] | None = None,
+    tasks: list[dict[str, Any]] | None = None,
     run: dict[str, Any] | None = None,
 ) -> int | None:
-    """Write `event`, then the line of `mail` (its mailbox file's name and the message), the
-    snapshot of `task` and manifest.json (`run`), each if given, then the marker. Returns where
-    the mailbox line begins (None without one)."""
-    if formats_apart(event):
+    """Write `events` (numbered from the marker's seq on), then the line of `mail` (its mailbox
+    file's name and the message), the snapshots of `tasks` and manifest.json (`run`), each if
+    given, then the marker. Returns where the mailbox line begins (None without one)."""
+    if formats_apart(events):
         raise Fallback
-    event_line = _line(event)
+    last = events[-1]["seq"]  # framed (crew/store/eventlog.py): a write cut short is told apart
+    lines = [_line({**event, "endSeq": last}) for event in events[:-1]] + [_line(events[-1])]
     mail_line = _line(mail[1]) if mail is not None else b""
-    if max(len(event_line), len(mail_line)) > LINE_LIMIT:
+    if max(len(line) for line in [*lines, mail_line]) > LINE_LIMIT:
         raise Fallback
-    events, box = open_append(files.events), -1
+    log, box = open_append(files.events), -1
     ends: dict[str, int] = {}
     try:
         if mail is not None:
             box = open_append(files.box(mail[0]))
         try:
-            events_size = write_lines(events, event_line, fsync=fsync_enabled())
+            events_size = write_lines(log, b"".join(lines), fsync=fsync_enabled())
         except OSError:
             raise Fallback from None  # nothing was written: the full command reports it
         try:
             if mail is not None:
                 ends[mail[0]] = write_lines(box, mail_line, fsync=False)
-            if task is not None:
+            for task in tasks or []:
                 files.write_task(task)
             if run is not None:
                 files.write_manifest(run)
-            files.write_marker(marker, event["seq"], events_size, ends)
+            files.write_marker(marker, events[-1]["seq"], events_size, ends)
         except OSError as error:
             from crew.store.txn import committed_error
 
             raise committed_error(error) from None
     finally:
-        os.close(events)
+        os.close(log)
         if box >= 0:
             os.close(box)
     return ends[mail[0]] - len(mail_line) if mail is not None else None

@@ -55,7 +55,7 @@ def handoff(call: Call) -> int:
                 "data": {**who.stamp(), "from": previous, "to": new_owner, "by": who.name,
                          "run": handed},
             }  # fmt: skip
-            commit(files, marker, event, run=handed)
+            commit(files, marker, [event], run=handed)
     _print(call, run["runId"], previous, new_owner)
     return 0
 

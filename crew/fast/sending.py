@@ -262,7 +262,8 @@ def _sent(
         event["data"] = {**who.stamp(), "contact": closed, "task": running, **event["data"]}
     else:
         running = None
-    at = commit(files, marker, event, mail=(verb.box, message), task=running)
+    changed = [running] if running is not None else []
+    at = commit(files, marker, [event], mail=(verb.box, message), tasks=changed)
     assert at is not None  # a mailbox line was written
     return message, at
 
