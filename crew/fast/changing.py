@@ -1,13 +1,14 @@
 """`crew add`, `crew handoff` and `crew cancel` without typer: their command lines read from the
-fast path's table (crew/fast/cmdline.py), then the bodies below, which the typer commands
-(crew/cli/send.py) run too.
+fast path's table (crew/fast/cmdline.py); the common case of each without pydantic either
+(crew/fast/adding.py, handing.py, cancelling.py); every other case by the bodies below, which the
+typer commands (crew/cli/send.py) run too.
 
-Like `doctor`, they need pydantic: their work is transactions through crew's models. What they
-are spared is typer, click and the adapters typer builds for each option (docs/performance.md:
-`add`, `handoff` and `cancel` measured). Once the command line is read, nothing goes back to
-the full command (`runfiles.wrote`): a transaction may have been made by then, and must not be
-made twice. Every error is then mapped to its exit code by crew/fast `fast`, as the full command
-maps it.
+Those bodies, like `doctor`, need pydantic: their work is transactions through crew's models.
+What they are spared is typer, click and the adapters typer builds for each option
+(docs/performance.md: `add`, `handoff` and `cancel` measured). Once they begin, nothing goes
+back to the full command (`runfiles.wrote`): a transaction may have been made by then, and must
+not be made twice. Every error is then mapped to its exit code by crew/fast `fast`, as the full
+command maps it.
 """
 
 from __future__ import annotations
