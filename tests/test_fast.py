@@ -2116,6 +2116,64 @@ def test_a_send_killed_after_its_event_is_completed_by_the_next_writer(
     assert json.loads((store.paths.root / "tasks" / "plan.json").read_text())["status"] == "running"
 
 
+@pytest.mark.parametrize("killed_at", ["the snapshots", "the marker"])
+def test_a_cancel_killed_after_its_events_is_completed_by_the_next_writer(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, killed_at: str
+) -> None:
+    store = make_run()
+    start(store)
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise _Killed
+
+    method = "write_task" if killed_at == "the snapshots" else "write_marker"
+    monkeypatch.setattr(runfiles.RunFiles, method, killed)
+    with pytest.raises(_Killed):
+        fast.fast(["cancel", "latest", "--home", str(store.paths.home.root)])
+
+    recovered = RunStore.open(store.paths.home, store.run_id)
+    assert not recovered.load().clean  # the files lag the event log
+    state = recovered.state()  # read from the log
+    assert state.run.status is registry.RunStatus.CANCELLED
+    assert {t.status for t in state.tasks.values()} == {TaskStatus.CANCELLED}
+    with change(recovered):  # the next writer completes the files
+        pass
+    assert recovered.load().clean
+    assert json.loads(store.paths.manifest.read_text())["status"] == "cancelled"
+
+
+def test_a_cancel_whose_events_were_cut_short_never_happened(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its three events are one write; a write cut short after the first event leaves that
+    event framed (`endSeq` names the third), so no reader takes it as history."""
+    store = make_run()
+    start(store)
+    before = store.paths.events.read_bytes()
+    real = committing.write_lines
+
+    def cut_short(fd: int, data: bytes, *, fsync: bool) -> int:
+        real(fd, data[: data.index(b"\n") + 1], fsync=fsync)
+        raise _Killed
+
+    monkeypatch.setattr(committing, "write_lines", cut_short)
+    with pytest.raises(_Killed):
+        fast.fast(["cancel", "latest", "--home", str(store.paths.home.root)])
+
+    torn = store.paths.events.read_bytes()[len(before) :]
+    assert torn.count(b"\n") == 1 and b'"endSeq":' in torn
+    recovered = RunStore.open(store.paths.home, store.run_id)
+    state = recovered.state()
+    assert state.run.status is registry.RunStatus.RUNNING
+    assert state.tasks["plan"].status is TaskStatus.RUNNING
+    with change(recovered):  # the next writer sets the torn transaction aside, and says so
+        pass
+    after = store.paths.events.read_bytes()
+    assert after.startswith(before) and b"task.cancelled" not in after
+    assert torn in store.paths.events.with_name("events.jsonl.corrupt").read_bytes()
+    assert recovered.load().clean
+
+
 def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
     # Six shells sending at once, half of them with the fast path off: every message is written
     # once, the seqs stay unique, and the files end clean. A fast send that finds the lock busy
