@@ -1023,6 +1023,8 @@ def test_a_replay_prints_what_the_full_command_prints(
         ("handoff", "RUN", "two\nlines"),
         ("handoff", "RUN", "other@ci", "--session", "intruder@ci", "--force", "-q"),
         ("handoff", "RUN", "other@ci", "-q"),
+        ("handoff", "RUN", "zo\u00eb@ci"),
+        ("handoff", "RUN", "a\u202eb@ci"),  # a control that reorders text: 2
         ("handoff", "RUN", SESSION),  # already its owner
         ("handoff", "RUN", SESSION, "--json"),
         ("handoff", "RUN", "task:plan"),  # a worker of the run

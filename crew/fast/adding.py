@@ -22,7 +22,7 @@ from crew.fast.runfiles import RunFiles, RunLock, is_task_id, open_run
 from crew.fast.status import INBOUND_BOXES, key_index_path, read_run
 from crew.store.pending import KeyIndex
 from crew.store.taskfiles import task_ids
-from crew.text import first_line, short
+from crew.text import first_line, short, terminal_safe
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -171,6 +171,6 @@ def _print(
     elif replayed:
         out(f"Already added as {task['id']} (same idempotency key): nothing new was written.")
     else:
-        out(f"Added task {task['id']} ({task['agent']}) to run {run_id}: queued.")
+        out(terminal_safe(f"Added task {task['id']} ({task['agent']}) to run {run_id}: queued."))
         if leader != people.ALIVE:
             out(f"No leader is running: it starts once one leads the run (`crew resume {run_id}`).")

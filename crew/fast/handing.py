@@ -16,6 +16,7 @@ from crew.fast.committing import commit
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunLock, open_run
 from crew.fast.status import read_run
+from crew.text import terminal_safe
 
 #: The statuses of a run that has not ended (crew/registry.py RunStatus `terminal`).
 LIVE_RUN = frozenset({"running", "needs_review"})
@@ -68,6 +69,6 @@ def _print(call: Call, run_id: str, previous: str, owner: str) -> None:
     elif "--quiet" in call.options or "-q" in call.options:
         return
     elif previous == owner:
-        out(f"Run {run_id} is already owned by {owner}.")
+        out(terminal_safe(f"Run {run_id} is already owned by {owner}."))
     else:
-        out(f"Run {run_id} now belongs to {owner} (was {previous}).")
+        out(terminal_safe(f"Run {run_id} now belongs to {owner} (was {previous})."))
