@@ -2206,6 +2206,38 @@ def test_fast_and_full_senders_at_once_lose_nothing(make_run: MakeRun) -> None:
     assert store.load().clean
 
 
+def test_fast_and_full_adds_at_once_add_each_task_once(make_run: MakeRun) -> None:
+    # Six shells adding at once, half with the fast path off: three add four tasks each, their
+    # ids made by crew, three add the same three tasks under keys. Each ends up once, under an
+    # id of its own; every retry under a key is answered with its task.
+    store = make_run()
+    start(store)
+    script = (
+        "import subprocess, sys\n"
+        "for n in range(int(sys.argv[2])):\n"
+        "    key = ['--idempotency-key', f'k{n}'] if sys.argv[1] == 'keyed' else []\n"
+        "    subprocess.run([sys.executable, '-m', 'crew', 'add', 'latest', f'{sys.argv[1]}-{n}',"
+        " '--agent', 'coder', *key], check=True, stdout=subprocess.DEVNULL)\n"
+    )
+    adders = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, *(("keyed", "3") if index < 3 else (f"a{index}", "4"))],
+            env={**os.environ, "CREW_FAST": "0" if index % 2 else "1"},
+        )
+        for index in range(6)
+    ]
+    assert [adder.wait(timeout=300) for adder in adders] == [0] * len(adders)
+
+    added = [t for t in store.state().task_list() if t.added_at is not None]
+    assert sorted(t.prompt for t in added) == sorted(
+        [f"keyed-{n}" for n in range(3)] + [f"a{i}-{n}" for i in range(3, 6) for n in range(4)]
+    )
+    assert len({t.id for t in added}) == len(added) == 15
+    seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert store.load().clean
+
+
 def test_senders_retrying_the_same_keys_at_once_send_each_once(make_run: MakeRun) -> None:
     # Four shells each send the same three keyed follow-ups at once, half with the fast path
     # off: each key is written once, every other try is replayed (exit 0), the seqs unique.
