@@ -16,10 +16,10 @@ import re
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit
+from crew.fast.committing import commit, owned
 from crew.fast.output import out, print_json
-from crew.fast.runfiles import RunFiles, RunLock, is_task_id, open_run
-from crew.fast.status import INBOUND_BOXES, key_index_path, read_run
+from crew.fast.runfiles import RunFiles, is_task_id
+from crew.fast.status import INBOUND_BOXES, key_index_path
 from crew.store.pending import KeyIndex
 from crew.store.taskfiles import task_ids
 from crew.text import first_line, short, terminal_safe
@@ -49,13 +49,10 @@ def add(call: Call, prompt: str) -> int:
         raise Fallback  # a usage error to explain
     if not _fits(prompt, MAX_TASK_PROMPT) or (title is not None and not _fits(title, MAX_TITLE)):
         raise Fallback
-    who = people.session(call.options.get("--session"))
-    files = open_run(call)
-    with RunLock(files):
-        marker = files.clean()
-        run = read_run(files)
-        if run.get("ownerSessionId") != who.name or run.get("status") != "running":
-            raise Fallback  # a refusal, or a flagged run whose status the full command follows
+    with owned(call) as change:
+        files, marker, run, who = change.files, change.marker, change.run, change.who
+        if run.get("status") != "running":
+            raise Fallback  # ended: refused; flagged: the run's status follows its tasks
         config = run["config"]
         taken = task_ids(files.root)
         if taken is None or agent not in config["agents"]:

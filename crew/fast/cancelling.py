@@ -17,12 +17,12 @@ import os
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit
+from crew.fast.committing import commit, owned
 from crew.fast.handing import RUN_FIELDS
 from crew.fast.output import out, print_json
-from crew.fast.runfiles import RunFiles, RunLock, is_task_id, open_run
+from crew.fast.runfiles import RunFiles, is_task_id
 from crew.fast.sending import LIVE
-from crew.fast.status import INBOUND_BOXES, TERMINAL_RUN_STATUSES, pending_index_path, read_run
+from crew.fast.status import INBOUND_BOXES, TERMINAL_RUN_STATUSES, pending_index_path
 from crew.store.pending import PendingIndex
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -50,13 +50,10 @@ def cancel(call: Call, grace: float) -> int:
     task_id = call.arguments.get("task")
     if "--force" in call.options or (task_id is not None and not is_task_id(task_id)):
         raise Fallback
-    who = people.session(call.options.get("--session"))
-    files = open_run(call)
-    with RunLock(files):
-        marker = files.clean()
-        run = read_run(files)
-        if run.get("ownerSessionId") != who.name or run.get("status") in TERMINAL_RUN_STATUSES:
-            raise Fallback  # a refusal, or nothing to cancel: the full command says so
+    with owned(call) as begun:
+        files, marker, run, who = begun.files, begun.marker, begun.run, begun.who
+        if run.get("status") in TERMINAL_RUN_STATUSES:
+            raise Fallback  # nothing to cancel: the full command says so
         tasks = {t["id"]: t for t in files.read_tasks(run)}
         if task_id is not None and tasks.get(task_id, {}).get("status", "completed") in TERMINAL:
             raise Fallback  # no such task, or one that ended

@@ -1,29 +1,64 @@
-"""crew/store/txn.py `commit` on the fast path: the events (the commit point, the one file
-fsynced, all of them in one write), then what they carry — a mailbox line, the snapshots of the
-tasks they changed, manifest.json — then the marker. Before the events nothing is written, so a
-failure there hands the command to the full one (Fallback); after them, a failure is the full
-command's to explain as it explains one of its own (`committed_error`), and the next command
-that changes the run completes what is missing from the event log.
+"""A change to a run on the fast path: where it begins (`owned`: the run locked, its files
+clean, owned by the person acting), and crew/store/txn.py `commit`: the events (the commit
+point, the one file fsynced, all of them in one write), then what they carry — a mailbox line,
+the snapshots of the tasks they changed, manifest.json — then the marker. Before the events
+nothing is written, so a failure there hands the command to the full one (Fallback); after
+them, a failure is the full command's to explain as it explains one of its own
+(`committed_error`), and the next command that changes the run completes what is missing from
+the event log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
-from crew.fast.cmdline import Fallback
+from crew.fast import people
+from crew.fast.cmdline import Call, Fallback
 from crew.fast.runfiles import (
     LINE_LIMIT,
     Marker,
     RunFiles,
+    RunLock,
     fsync_enabled,
     open_append,
+    open_run,
     write_lines,
 )
+from crew.fast.status import read_run
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
+
+
+class Owned:
+    """A run a person who owns it is changing: its files, the marker the change begins on, the
+    manifest, and who acts."""
+
+    __slots__ = ("files", "marker", "run", "who")
+
+    def __init__(
+        self, files: RunFiles, marker: Marker, run: dict[str, Any], who: people.Session
+    ) -> None:
+        self.files, self.marker, self.run, self.who = files, marker, run, who
+
+
+@contextlib.contextmanager
+def owned(call: Call) -> Iterator[Owned]:
+    """The run the command names, under its lock, once its files need no recovery and the
+    person running the command owns it (Fallback otherwise: a worker's credentials, a refusal
+    or a recovery, all the full command's)."""
+    who = people.session(call.options.get("--session"))
+    files = open_run(call)
+    with RunLock(files):
+        marker = files.clean()
+        run = read_run(files)
+        if run.get("ownerSessionId") != who.name:
+            raise Fallback
+        yield Owned(files, marker, run, who)
 
 
 def commit(

@@ -12,10 +12,8 @@ import os
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit
+from crew.fast.committing import commit, owned
 from crew.fast.output import out, print_json
-from crew.fast.runfiles import RunLock, open_run
-from crew.fast.status import read_run
 from crew.text import terminal_safe
 
 #: The statuses of a run that has not ended (crew/registry.py RunStatus `terminal`).
@@ -34,16 +32,13 @@ def handoff(call: Call) -> int:
     new_owner = call.arguments["to"]
     if "--force" in call.options or not people.plain_session(new_owner):
         raise Fallback  # an override to record; a worker's session, or one to refuse
-    who = people.session(call.options.get("--session"))
-    files = open_run(call)
-    with RunLock(files):
-        marker = files.clean()
-        run = read_run(files)
+    with owned(call) as change:
+        files, marker, run, who = change.files, change.marker, change.run, change.who
         if [key for key in RUN_FIELDS if key in run] != list(run) or None in run.values():
             raise Fallback  # not as crew writes it: the full command writes it so
-        previous = run.get("ownerSessionId")
-        if previous != who.name or run.get("status") not in LIVE_RUN:
-            raise Fallback  # a refusal to explain
+        previous = who.name
+        if run.get("status") not in LIVE_RUN:
+            raise Fallback  # ended: refused
         if previous != new_owner:
             handed = {**run, "ownerSessionId": new_owner}
             event = {
