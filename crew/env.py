@@ -75,9 +75,10 @@ FAST = Variable(
     "CREW_FAST",
     frozenset({Scope.USER}),
     "`0` turns off the fast path of `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, "
-    "`respond`, `logs`, `events`, `wait`, `schema` and `--version` (the same command without "
-    "typer and pydantic) and of `doctor`, `validate`, `run`, `resume`, `add`, `handoff` and "
-    "`cancel` (without typer); see docs/design.md",
+    "`respond`, `logs`, `events`, `wait`, `schema`, `--version`, `add`, `handoff`, `cancel`, "
+    "`rm` and `prune` (the same command without typer and pydantic; the last five in their "
+    "common case) and of `doctor`, `validate`, `run`, `resume` and `rerun` (without typer); see "
+    "docs/design.md",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
