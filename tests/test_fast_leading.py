@@ -1,7 +1,7 @@
 """`crew run`, `crew resume` and `crew rerun` on the fast path (crew/fast/leading.py): real
 leaders, each case run both ways (CREW_FAST=0 for the full command) in twin folders, printing,
-writing and exiting the same; what the fast path leaves to the full command, and an error once a run exists, which
-never makes a second run."""
+writing and exiting the same; what the fast path leaves to the full command, and an error once
+a run exists, which never makes a second run."""
 
 from __future__ import annotations
 
