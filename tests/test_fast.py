@@ -1225,6 +1225,25 @@ def test_an_rm_or_prune_the_full_command_explains_is_left_to_it(
     assert snapshot_files(home.root) == before and not runfiles.wrote
 
 
+@pytest.mark.parametrize("command", [("rm", "{link}"), ("prune", "--keep", "0")])
+def test_a_run_folder_that_is_a_link_is_left_to_the_full_command_untouched(
+    make_run: MakeRun, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    home, ids = _removal_scene(make_run)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(home.run(ids[0]).root, elsewhere)
+    (elsewhere / ".lock").unlink()
+    link = home.runs_dir / "20200101-000000-0001"
+    link.symlink_to(elsewhere)
+    before = snapshot_files(elsewhere)
+
+    argv = [arg.format(link=link.name) for arg in command]
+    assert fast.fast([*argv, "--home", str(home.root)]) is None
+
+    assert snapshot_files(elsewhere) == before and not (elsewhere / ".lock").exists()
+    assert link.is_symlink()
+
+
 def test_a_prune_keeps_a_run_that_needs_recovery_for_the_full_command(make_run: MakeRun) -> None:
     home, ids = _removal_scene(make_run)
     with home.run(ids[1]).events.open("ab") as log:

@@ -148,7 +148,11 @@ def _led(files: RunFiles, run: dict[str, Any]) -> str | None:
 @contextlib.contextmanager
 def _locked(files: RunFiles) -> Iterator[None]:
     """The run's lock, held while its folder is still there (Fallback when it went: another
-    removal, which the full command names)."""
+    removal, which the full command names). A link is refused before its lock file is opened:
+    nothing is made through one."""
+    if os.path.islink(files.root):
+        raise Fallback
+    files.check_folders()
     with RunLock(files):
         if not os.path.isdir(files.root) or os.path.islink(files.root):
             raise Fallback
