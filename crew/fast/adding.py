@@ -67,8 +67,10 @@ def add(call: Call, prompt: str) -> int:
             _print(call, run["runId"], prior, lease.state, replayed=True)
             return 0
         task_id = asked or _new_id(agent, taken)
-        if task_id in taken or task_id in depends_on or len(taken) >= config["limits"]["maxTasks"]:
-            raise Fallback
+        if not is_task_id(task_id) or task_id in taken or task_id in depends_on:
+            raise Fallback  # a name never to make a file of; taken; a cycle
+        if len(taken) >= config["limits"]["maxTasks"]:
+            raise Fallback  # refused
         for dependency in depends_on:  # each exists and has not ended so as to cancel this one
             if dependency not in taken:
                 raise Fallback
