@@ -1275,6 +1275,13 @@ def _another(store: RunStore) -> None:
     verbs.add_task(store, agent="coder", prompt="x", task_id="other", session=SESSION)
 
 
+def _build_file_reordered(store: RunStore) -> None:
+    """build's snapshot with its fields in another order: valid, not as crew writes it."""
+    path = store.paths.root / "tasks" / "build.json"
+    task = json.loads(path.read_bytes())
+    path.write_text(json.dumps(dict(reversed(task.items())), indent=2) + "\n")
+
+
 def _flagged_and_another(store: RunStore) -> None:
     _another(store)
     _flagged(store)
@@ -1293,6 +1300,7 @@ def _flagged_and_another(store: RunStore) -> None:
         (_flagged, ("build",)),  # plan still flagged: the run stays so
         (_flagged, ()),
         (_flagged_and_another, ("plan", "--json")),  # none flagged now: the run is cleared
+        (_build_file_reordered, ()),  # the full command writes build's file as the models do
         (_keyed_add, ("plan",)),  # build and coder-1 (which depends on nothing) stay
     ],
 )

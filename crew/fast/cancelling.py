@@ -17,7 +17,7 @@ import os
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit, owned
+from crew.fast.committing import as_crew_writes, commit, owned
 from crew.fast.handing import RUN_FIELDS
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunFiles, is_task_id
@@ -57,8 +57,8 @@ def cancel(call: Call, grace: float) -> int:
         tasks = {t["id"]: t for t in files.read_tasks(run)}
         if task_id is not None and tasks.get(task_id, {}).get("status", "completed") in TERMINAL:
             raise Fallback  # no such task, or one that ended
-        if not all(list(t) == [k for k in TASK_FIELDS if k in t] for t in tasks.values()):
-            raise Fallback  # not as crew writes it: the full command writes it so
+        if not as_crew_writes(run, RUN_FIELDS):
+            raise Fallback  # a task it ends is written anew, as `Task.to_dict` writes it
         change = _Change(files, marker.seq, run, tasks, who)
         reason = f"cancelled by {who.name}"
         for each in [tasks[task_id]] if task_id is not None else list(tasks.values()):

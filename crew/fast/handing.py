@@ -12,7 +12,7 @@ import os
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit, owned
+from crew.fast.committing import as_crew_writes, commit, owned
 from crew.fast.output import out, print_json
 from crew.text import terminal_safe
 
@@ -34,8 +34,8 @@ def handoff(call: Call) -> int:
         raise Fallback  # an override to record; a worker's session, or one to refuse
     with owned(call) as change:
         files, marker, run, who = change.files, change.marker, change.run, change.who
-        if [key for key in RUN_FIELDS if key in run] != list(run) or None in run.values():
-            raise Fallback  # not as crew writes it: the full command writes it so
+        if not as_crew_writes(run, RUN_FIELDS):
+            raise Fallback
         previous = who.name
         if run.get("status") not in LIVE_RUN:
             raise Fallback  # ended: refused
