@@ -67,8 +67,9 @@ def cancel(call: Call, grace: float) -> int:
         if task_id is None:
             change.end_run("cancelled")
         change.settle()
+        stop = _stopper() if change.stopping else None  # loaded before the commit, see `_stopper`
         commit(files, marker, change.events, tasks=change.changed(), run=change.run_changed())
-    stopped = _stop(files, change.stopping, grace) if change.stopping else []
+    stopped = stop(files.run_id, change.stopping, state_dir=files.root, grace=grace) if stop else []
     _print(call, files.run_id, task_id, change, stopped)
     return 0
 
@@ -179,11 +180,14 @@ class _Change:
         self.events.append(event)
 
 
-def _stop(files: RunFiles, targets: list[tuple[str, int, None]], grace: float) -> list[Any]:
-    """crew/verbs.py `cancel`: the workers of the tasks it ended, stopped once it committed."""
+def _stopper() -> Any:
+    """crew/procs `stop_workers`, which crew/verbs.py `cancel` calls once it committed, for the
+    workers of the tasks it ended. Imported before the commit: a live leader that sees the
+    cancel stops those workers too, and the few milliseconds of the import after it let the
+    leader be first, and this command report its workers as already gone."""
     from crew.procs import stop_workers
 
-    return stop_workers(files.run_id, targets, state_dir=files.root, grace=grace)
+    return stop_workers
 
 
 def _print(
