@@ -1244,6 +1244,28 @@ def test_a_run_folder_that_is_a_link_is_left_to_the_full_command_untouched(
     assert link.is_symlink()
 
 
+def test_a_prune_keeps_a_run_whose_leader_started_after_its_first_look(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Between the look that chose it and its lock, a leader took the run: it is kept."""
+    home, ids = _removal_scene(make_run)
+    taken = RunStore.open(home, ids[0])
+    lock = runfiles.RunLock.__enter__
+
+    def a_leader_first(self: runfiles.RunLock) -> runfiles.RunLock:
+        if self._files.run_id == ids[0]:
+            _alive(taken)
+        return lock(self)
+
+    monkeypatch.setattr(runfiles.RunLock, "__enter__", a_leader_first)
+    assert fast.fast(["prune", "--keep", "0", "--home", str(home.root)]) == 0
+
+    out = capsys.readouterr()
+    assert f"kept run {ids[0]}: its leader, pid {os.getpid()}" in out.err
+    assert taken.paths.root.is_dir() and not home.run(ids[1]).root.exists()
+    assert f"Removed run {ids[1]}" in out.out and ids[0] not in out.out
+
+
 def test_a_prune_keeps_a_run_that_needs_recovery_for_the_full_command(make_run: MakeRun) -> None:
     home, ids = _removal_scene(make_run)
     with home.run(ids[1]).events.open("ab") as log:
