@@ -11,12 +11,11 @@ crew/fast/changing.py then runs the library's add.
 
 from __future__ import annotations
 
-import os
 import re
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import commit, owned
+from crew.fast.committing import commit, event, owned
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunFiles, is_task_id
 from crew.fast.status import INBOUND_BOXES, key_index_path
@@ -49,8 +48,8 @@ def add(call: Call, prompt: str) -> int:
         raise Fallback  # a usage error to explain
     if not _fits(prompt, MAX_TASK_PROMPT) or (title is not None and not _fits(title, MAX_TITLE)):
         raise Fallback
-    with owned(call) as change:
-        files, marker, run, who = change.files, change.marker, change.run, change.who
+    with owned(call) as begun:
+        files, marker, run, who = begun.files, begun.marker, begun.run, begun.who
         if run.get("status") != "running":
             raise Fallback  # ended: refused; flagged: the run's status follows its tasks
         config = run["config"]
@@ -78,17 +77,10 @@ def add(call: Call, prompt: str) -> int:
                 raise Fallback
         at = people.now()
         task = _task(task_id, agent, prompt, title, depends_on, config, at, key)
-        event = {
-            "id": f"evt_{os.urandom(8).hex()}",
-            "seq": marker.seq + 1,
-            "runId": run["runId"],
-            "at": at,
-            "type": QUEUED,
-            "taskId": task_id,
-            "message": f"task {task_id} added by {who.name}: {short(task['title'])}",
-            "data": {**who.stamp(), "task": task},
-        }
-        commit(files, marker, [event], tasks=[task])
+        said = f"task {task_id} added by {who.name}: {short(task['title'])}"
+        data = {**who.stamp(), "task": task}
+        queued = event(marker.seq + 1, run["runId"], at, QUEUED, said, data, task_id)
+        commit(files, marker, [queued], tasks=[task])
     lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], task, lease.state)
     return 0

@@ -13,11 +13,9 @@ changing.py then runs the library's cancel.
 
 from __future__ import annotations
 
-import os
-
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import as_crew_writes, commit, owned
+from crew.fast.committing import as_crew_writes, commit, event, owned
 from crew.fast.handing import RUN_FIELDS
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunFiles, is_task_id
@@ -166,18 +164,8 @@ class _Change:
     def _record(
         self, kind: str, message: str, carried: dict[str, Any], task_id: str | None = None
     ) -> None:
-        event: dict[str, Any] = {
-            "id": f"evt_{os.urandom(8).hex()}",
-            "seq": self.seq + len(self.events) + 1,
-            "runId": self.run["runId"],
-            "at": self.at,
-            "type": kind,
-        }
-        if task_id is not None:
-            event["taskId"] = task_id
-        event["message"] = message
-        event["data"] = {**self.who.stamp(), **carried}
-        self.events.append(event)
+        seq, data = self.seq + len(self.events) + 1, {**self.who.stamp(), **carried}
+        self.events.append(event(seq, self.run["runId"], self.at, kind, message, data, task_id))
 
 
 def _stopper() -> Any:

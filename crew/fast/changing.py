@@ -80,14 +80,14 @@ def cancel(call: Call) -> int:
     from crew.fast import cancelling
 
     try:
-        grace = parse_duration(call.options.get("--grace", "5s"))
+        grace: float | None = parse_duration(call.options.get("--grace", "5s"))
     except ValueError:
         grace = None  # the full command says why not
-    try:
-        if grace is not None:
+    if grace is not None:
+        try:
             return cancelling.cancel(call, grace)
-    except Fallback:
-        pass  # nothing was written
+        except Fallback:
+            pass  # nothing was written
     committed(call, "crew.verbs")
     return cancel_run(
         call.arguments["run"],

@@ -108,6 +108,31 @@ def commit(
     return ends[mail[0]] - len(mail_line) if mail is not None else None
 
 
+def event(
+    seq: int,
+    run_id: str,
+    at: str,
+    kind: str,
+    message: str,
+    data: dict[str, Any],
+    task_id: str | None = None,
+) -> dict[str, Any]:
+    """An event as crew/store/txn.py `record` writes one (crew/models.py Event's fields in
+    order, `taskId` only when it names a task); `data` is what it carries, after who acted."""
+    record: dict[str, Any] = {
+        "id": f"evt_{os.urandom(8).hex()}",
+        "seq": seq,
+        "runId": run_id,
+        "at": at,
+        "type": kind,
+    }
+    if task_id is not None:
+        record["taskId"] = task_id
+    record["message"] = message
+    record["data"] = data
+    return record
+
+
 def as_crew_writes(record: dict[str, Any], fields: tuple[str, ...]) -> bool:
     """Whether a snapshot is as the models write it: its fields a subset of the model's, in the
     model's order, none null. The fast path rewrites only such: the full command rewrites any

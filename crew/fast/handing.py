@@ -8,11 +8,9 @@ Fallback: crew/fast/changing.py then runs the library's handoff.
 
 from __future__ import annotations
 
-import os
-
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import as_crew_writes, commit, owned
+from crew.fast.committing import as_crew_writes, commit, event, owned
 from crew.fast.output import out, print_json
 from crew.text import terminal_safe
 
@@ -32,8 +30,8 @@ def handoff(call: Call) -> int:
     new_owner = call.arguments["to"]
     if "--force" in call.options or not people.plain_session(new_owner):
         raise Fallback  # an override to record; a worker's session, or one to refuse
-    with owned(call) as change:
-        files, marker, run, who = change.files, change.marker, change.run, change.who
+    with owned(call) as begun:
+        files, marker, run, who = begun.files, begun.marker, begun.run, begun.who
         if not as_crew_writes(run, RUN_FIELDS):
             raise Fallback
         previous = who.name
@@ -41,17 +39,10 @@ def handoff(call: Call) -> int:
             raise Fallback  # ended: refused
         if previous != new_owner:
             handed = {**run, "ownerSessionId": new_owner}
-            event = {
-                "id": f"evt_{os.urandom(8).hex()}",
-                "seq": marker.seq + 1,
-                "runId": run["runId"],
-                "at": people.now(),
-                "type": TRANSFERRED,
-                "message": f"ownership passed from {previous} to {new_owner} by {who.name}",
-                "data": {**who.stamp(), "from": previous, "to": new_owner, "by": who.name,
-                         "run": handed},
-            }  # fmt: skip
-            commit(files, marker, [event], run=handed)
+            said = f"ownership passed from {previous} to {new_owner} by {who.name}"
+            data = {**who.stamp(), "from": previous, "to": new_owner, "by": who.name, "run": handed}
+            passed = event(marker.seq + 1, run["runId"], people.now(), TRANSFERRED, said, data)
+            commit(files, marker, [passed], run=handed)
     _print(call, run["runId"], previous, new_owner)
     return 0
 

@@ -16,7 +16,7 @@ import sys
 
 from crew.fast import PLAIN_DURATION, answering, people
 from crew.fast.cmdline import Call, Fallback, stdin_text
-from crew.fast.committing import commit, formats_apart
+from crew.fast.committing import commit, event, formats_apart
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import (
     Marker,
@@ -365,16 +365,9 @@ def _event(
     seq: int, run_id: str, verb: Verb, who: people.Session, message: dict[str, Any]
 ) -> dict[str, Any]:
     """The event that records the message (crew/domain/mailbox.py `post`)."""
-    return {
-        "id": f"evt_{os.urandom(8).hex()}",
-        "seq": seq,
-        "runId": run_id,
-        "at": message["sentAt"],
-        "type": verb.event,
-        "taskId": message["taskId"],
-        "message": f"{verb.name} {message['taskId']}: {_short(message['body'])}",
-        "data": {**who.stamp(), "mailboxMessage": message},
-    }
+    said = f"{verb.name} {message['taskId']}: {_short(message['body'])}"
+    data = {**who.stamp(), "mailboxMessage": message}
+    return event(seq, run_id, message["sentAt"], verb.event, said, data, message["taskId"])
 
 
 def _print(
