@@ -7,6 +7,8 @@ Nothing is ever deleted: bad lines and torn tails go to `<file>.corrupt`, corrup
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from crew.domain.lease import LeaseState, read_lease
@@ -22,9 +24,14 @@ from crew.store.state import Recovery, describe_cut
 
 #: How many times an examination reads a run again when a writer rewrote a log meanwhile.
 PIN_ATTEMPTS = 3
+#: How an examination takes a run's lock: the run lock as RunStore takes it, unless the caller
+#: takes the same `flock` its own way (the fast path, crew/fast/doctor.py).
+TakeLock = Callable[[RunStore], AbstractContextManager[object]]
 
 
-def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> DoctorReport:
+def doctor(
+    home: Home, ref: str | None = None, *, repair: bool = False, lock: TakeLock = RunStore.lock
+) -> DoctorReport:
     """Examine one run (`ref`) or every run of the home; with `repair`, fix what can be fixed."""
     report = DoctorReport(repair=repair)
     if ref is None:
@@ -35,13 +42,16 @@ def doctor(home: Home, ref: str | None = None, *, repair: bool = False) -> Docto
     for run_id in run_ids:
         report.runs.append(run_id)
         try:
-            report.findings.extend(examine_run(RunStore(home.run(run_id)), repair=repair))
+            store = RunStore(home.run(run_id))
+            report.findings.extend(examine_run(store, repair=repair, lock=lock))
         except CrewError as exc:  # a run crew refuses to read (a link, a busy lock, …)
             report.findings.append(Finding(run_id, exc.message, repairable=False))
     return report
 
 
-def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
+def examine_run(
+    store: RunStore, *, repair: bool = False, lock: TakeLock = RunStore.lock
+) -> list[Finding]:
     """Every problem of one run, found (and with `repair`, fixed).
 
     A repair works under the run lock throughout. An examination only pins the run under the
@@ -49,16 +59,16 @@ def examine_run(store: RunStore, *, repair: bool = False) -> list[Finding]:
     the run's writers are held up for a moment only.
     """
     if repair:
-        with store.lock():
+        with lock(store):
             return _check_temp_files(store, repair=True) + _examine(store, None, repair=True)
     for _ in range(PIN_ATTEMPTS):
-        with store.lock():
+        with lock(store):
             temps = _check_temp_files(store, repair=False)
             pinned = pin.take(store.paths)
         findings = temps + _examine(store, pinned, repair=False)
         if pin.holds(pinned):
             return findings
-    with store.lock():  # rewritten under every read: look once more, holding the lock
+    with lock(store):  # rewritten under every read: look once more, holding the lock
         return _check_temp_files(store, repair=False) + _examine(store, None, repair=False)
 
 

@@ -1253,7 +1253,7 @@ def test_a_prune_keeps_a_run_whose_leader_started_after_its_first_look(
     lock = runfiles.RunLock.__enter__
 
     def a_leader_first(self: runfiles.RunLock) -> runfiles.RunLock:
-        if self._files.run_id == ids[0]:
+        if self.root == str(taken.paths.root):
             _alive(taken)
         return lock(self)
 
@@ -1967,13 +1967,15 @@ def test_the_fast_path_imports_neither_typer_nor_pydantic(make_run: MakeRun) -> 
     assert done.stderr.endswith("\n([0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0], [])")
 
 
-def typer_free(argv: list[str]) -> tuple[int | None, list[str]]:
-    """The fast path's exit code for `argv` in a fresh process, and which of typer, click and
-    rich it imported."""
+def typer_free(
+    argv: list[str], heavy: tuple[str, ...] = ("typer", "click", "rich")
+) -> tuple[int | None, list[str]]:
+    """The fast path's exit code for `argv` in a fresh process, and which of the `heavy`
+    packages (typer, click and rich unless told) it imported."""
     program = (
         "import sys; from crew.fast import fast; "
         f"code = fast({argv!r}); "
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'typer', 'click', 'rich'}); "
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r}); "
         "sys.stderr.write(repr((code, heavy)))"
     )
     done = subprocess.run(
@@ -1997,6 +1999,31 @@ def test_doctor_imports_no_typer(make_run: MakeRun) -> None:
     _damage(store)
     # It found the damage, with the models and without typer.
     assert typer_free(["doctor", "--home", str(store.paths.home.root)]) == (1, [])
+
+
+def test_doctor_examines_without_filelock_and_repairs_with_it(make_run: MakeRun) -> None:
+    store = make_run()
+    _damage(store)
+    home = ["--home", str(store.paths.home.root)]
+    # It pinned the run under the fast path's `flock` of the run lock, and found the damage.
+    assert typer_free(["doctor", *home], heavy=("filelock",)) == (1, [])
+    assert typer_free(["doctor", "--repair", *home], heavy=("filelock",)) == (0, ["filelock"])
+    assert typer_free(["doctor", *home], heavy=("filelock",)) == (0, [])  # repaired
+
+
+def test_a_doctor_kept_from_the_lock_is_the_full_commands(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = make_run()
+    _damage(store)
+    clock = _Clock()
+    monkeypatch.setattr(runfiles, "time", clock)
+    with store.lock():
+        _refused(store, "doctor", "latest")
+    assert capsys.readouterr() == ("", "")  # the full command reports what it finds
+    assert clock.now >= runfiles.HAND_AFTER
+    (store.paths.root / ".next.lock").write_text("1:1")  # a waiter's turn comes first
+    _refused(store, "doctor")
 
 
 def _plugin_on_path(tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -53,7 +53,7 @@ def owned(call: Call) -> Iterator[Owned]:
     or a recovery, all the full command's)."""
     who = people.session(call.options.get("--session"))
     files = open_run(call)
-    with RunLock(files):
+    with RunLock(files.root):
         marker = files.clean()
         run = read_run(files)
         if run.get("ownerSessionId") != who.name:

@@ -153,7 +153,7 @@ def _locked(files: RunFiles) -> Iterator[None]:
     if os.path.islink(files.root):
         raise Fallback
     files.check_folders()
-    with RunLock(files):
+    with RunLock(files.root):
         if not os.path.isdir(files.root) or os.path.islink(files.root):
             raise Fallback
         yield

@@ -129,8 +129,6 @@ class RunFiles:
         self.root = root = f"{home}/state/runs/{run_id}"
         self.manifest = f"{root}/manifest.json"
         self.events = f"{root}/events.jsonl"
-        self.lock = f"{root}/.lock"
-        self.hand = f"{root}/.next.lock"
         self.applied = f"{root}/.runtime/applied"
         self.leader = f"{root}/.runtime/leader.json"
         self.leader_log = f"{root}/.runtime/leader.log"
@@ -311,21 +309,23 @@ class RunLock:
     holder keeps it for milliseconds, so a busy lock is tried again as the full command tries
     it, until HAND_AFTER; a longer wait, with its turn-taking, is the full command's."""
 
-    def __init__(self, files: RunFiles) -> None:
-        self._files = files
+    def __init__(self, root: str) -> None:
+        self.root = root  # the run's folder
+        self._lock = f"{root}/.lock"
+        self._hand = f"{root}/.next.lock"
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        if os.path.islink(self._files.lock):
+        if os.path.islink(self._lock):
             raise Fallback
         try:
             self._fd = os.open(
-                self._files.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
+                self._lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
             )
         except OSError:
             raise Fallback from None
         deadline = None
-        while not os.path.lexists(self._files.hand):
+        while not os.path.lexists(self._hand):
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self

@@ -98,7 +98,7 @@ def send(call: Call) -> int:
     files = open_run(call)
     index = PendingIndex(files.box(verb.box), pending_index_path(files, verb.box))
     keys = [KeyIndex(files.box(b), key_index_path(files, b)) for b in INBOUND_BOXES] if key else []
-    with RunLock(files), _closing(keys):
+    with RunLock(files.root), _closing(keys):
         marker = files.clean()
         run, task = _admitted(files, verb, task_id, who, body)
         prior = _carried(keys, key) if key is not None else None
