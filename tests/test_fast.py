@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SESSION, CliResult, config, snapshot_files
@@ -1388,31 +1389,47 @@ def test_a_handoff_of_a_manifest_crew_did_not_write_so_is_the_full_commands(
 
 
 @pytest.mark.parametrize(
-    ("args", "then", "code"),
+    ("args", "then", "code", "unread"),
     [
-        (("steer", "plan", "x", "--wait", "--timeout", "200ms"), None, 3),  # no leader delivers
-        (("follow-up", "plan", "x", "--wait-ack", "--timeout", "0.2", "--json"), None, 3),
-        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1"), "delivered", 0),
-        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1", "--json"), "acked", 0),
+        (("steer", "plan", "x", "--wait", "--timeout", "200ms"), None, 3, False),  # no delivery
+        (("follow-up", "plan", "x", "--wait-ack", "--timeout", "0.2", "--json"), None, 3, False),
+        (("steer", "plan", "x", "--wait", "--timeout", "200ms"), None, 3, True),
+        (("follow-up", "plan", "x", "--wait-ack", "--timeout", "0.2", "--json"), None, 3, True),
+        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1"), "delivered", 0, False),
+        (("steer", "plan", "again", "--wait", "--idempotency-key", "w1", "--json"), "acked", 0,
+         False),
         (("steer", "plan", "again", "--wait-ack", "--idempotency-key", "w1", "--timeout", "0.2s"),
-         "delivered", 3),
-        (("steer", "plan", "again", "--wait-ack", "--idempotency-key", "w1", "-q"), "acked", 0),
+         "delivered", 3, False),
+        (("steer", "plan", "again", "--wait-ack", "--idempotency-key", "w1", "-q"), "acked", 0,
+         False),
     ],
 )  # fmt: skip
 def test_a_send_that_waits_prints_and_exits_as_the_full_command_does(
     make_run: MakeRun,
     cli: Callable[..., CliResult],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     args: tuple[str, ...],
     then: str | None,
     code: int,
+    unread: bool,
 ) -> None:
     """A wait that holds at once (a retry of a message delivered or acknowledged since), and
-    one that times out (nothing delivers the message)."""
+    one that times out (nothing delivers the message); `unread`: with mailbox lines the fast
+    path does not read, which leave the rest of a wait to the library once the message is sent
+    (a replay, which sends nothing, is then the full command's)."""
     from crew import verbs
     from crew.domain import mailbox as mail
+    from crew.fast import mailbox as fast_mailbox
+    from crew.fast.cmdline import Fallback
 
+    if unread:
+
+        def unreadable(raw: bytes) -> dict[str, object]:
+            raise Fallback
+
+        monkeypatch.setattr(fast_mailbox, "checked", unreadable)
     store = make_run()
     start(store)
     if then is not None:
@@ -2338,3 +2355,49 @@ def test_senders_retrying_the_same_keys_at_once_send_each_once(make_run: MakeRun
     seqs = [e.seq for e in jsonl.read(store.paths.events, Event).records]
     assert seqs == list(range(1, len(seqs) + 1))
     assert store.load().clean
+
+
+def test_a_record_is_as_crew_writes_it_when_the_models_would_write_it_so(
+    make_run: MakeRun,
+) -> None:
+    """crew/fast/shapes.py against the models: what they write fits; a field missing that they
+    would write, one they lack, one out of order, a null, a value of another JSON type — each
+    anywhere in the record — does not."""
+    from crew.fast.shapes import as_crew_writes
+
+    store = make_run()
+    ask(store)
+    state = store.state()
+    tasks = [task.to_dict() for task in state.tasks.values()]
+    assert any("contact" in task for task in tasks)  # a question, nested
+    assert all(as_crew_writes(task, "task") for task in tasks)
+    run = state.run.to_dict()
+    assert as_crew_writes(run, "manifest")
+
+    def without(record: dict[str, Any], *path: str) -> dict[str, Any]:
+        copied = json.loads(json.dumps(record))
+        *into, last = path
+        node = copied
+        for key in into:
+            node = node[key]
+        del node[last]
+        return copied
+
+    waiting = next(task for task in tasks if "contact" in task)
+    assert not as_crew_writes(without(waiting, "failures"), "task")  # a default to fill in
+    assert not as_crew_writes(without(waiting, "contact", "askedAt"), "task")
+    assert as_crew_writes(without(waiting, "contact"), "task")  # may be null: left out
+    assert not as_crew_writes(without(run, "config", "limits", "maxDepth"), "manifest")
+    assert not as_crew_writes({**waiting, "later": 1}, "task")
+    assert not as_crew_writes({"agent": waiting["agent"], **waiting}, "task")  # out of order
+    assert not as_crew_writes({**waiting, "pid": None}, "task")
+    assert not as_crew_writes({**waiting, "attempt": "1"}, "task")
+    assert not as_crew_writes({**waiting, "attempt": True}, "task")
+    assert not as_crew_writes({**waiting, "status": "asleep"}, "task")
+    assert not as_crew_writes({**run, "crew": 5}, "manifest")
+    agents = run["config"]["agents"]
+    name = next(iter(agents))
+    bad_agent = {**agents[name], "command": "not a list"}
+    assert not as_crew_writes(
+        {**run, "config": {**run["config"], "agents": {name: bad_agent}}}, "manifest"
+    )

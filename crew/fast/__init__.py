@@ -115,6 +115,7 @@ def fast(argv: list[str]) -> int | None:
     written then)."""
     if _left_to_the_full_command():
         return None
+    runfiles.wrote = False  # one call, one command
     if argv == ["--version"]:
         from crew import __version__
 
@@ -125,7 +126,11 @@ def fast(argv: list[str]) -> int | None:
         module, function = RUNNERS[call.command]
         run: Callable[[Call], int] = getattr(importlib.import_module(module), function)
         return run(call)
-    except Fallback:
+    except Fallback as error:
+        if runfiles.wrote:  # never after a write: the full command would make the change again
+            from crew.render import internal_error
+
+            return internal_error(error)
         return None
     except (LookupError, TypeError, ValueError, AttributeError) as error:
         if runfiles.wrote:

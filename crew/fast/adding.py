@@ -18,6 +18,7 @@ from crew.fast.cmdline import Call, Fallback
 from crew.fast.committing import commit, event, owned
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunFiles, is_task_id
+from crew.fast.shapes import as_crew_writes
 from crew.fast.status import INBOUND_BOXES, key_index_path
 from crew.store.pending import KeyIndex
 from crew.store.taskfiles import task_ids
@@ -56,12 +57,16 @@ def add(call: Call, prompt: str) -> int:
         taken = task_ids(files.root)
         if taken is None or agent not in config["agents"]:
             raise Fallback
+        if not {t["id"] for t in config["tasks"]} <= taken:
+            raise Fallback  # a snapshot missing: the full command rebuilds it from the log
         prior = _keyed(files, run, key) if key is not None else None
         if prior is not None:  # a replay writes nothing (SPEC §5)
             if (prior["agent"], prior["prompt"], prior["dependsOn"]) != (agent, prompt, depends_on):
                 raise Fallback  # another request under the key: refused
             if prior.get("parent") is not None or asked not in {None, prior["id"]}:
                 raise Fallback
+            if not as_crew_writes(prior, "task"):
+                raise Fallback  # printed as the models write it
             lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))
             _print(call, run["runId"], prior, lease.state, replayed=True)
             return 0
@@ -80,8 +85,8 @@ def add(call: Call, prompt: str) -> int:
         said = f"task {task_id} added by {who.name}: {short(task['title'])}"
         data = {**who.stamp(), "task": task}
         queued = event(marker.seq + 1, run["runId"], at, QUEUED, said, data, task_id)
+        lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))  # may hand on
         commit(files, marker, [queued], tasks=[task])
-    lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))
     _print(call, run["runId"], task, lease.state)
     return 0
 

@@ -6,6 +6,7 @@ question crew asked about a limit, a flagged task: the full command's."""
 from __future__ import annotations
 
 from crew.fast.cmdline import Fallback
+from crew.fast.shapes import as_crew_writes
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ def answered(
     update = {"answeredAt": message["sentAt"], "answerId": message["id"]}
     closed = {key: update.get(key, contact.get(key)) for key in CONTACT_FIELDS}
     closed = {key: value for key, value in closed.items() if value is not None}
-    if "nudges" not in task:
-        raise Fallback
+    if not as_crew_writes(task, "task"):
+        raise Fallback  # it is written anew, as `Task.to_dict` writes it
     running = {key: value for key, value in task.items() if key not in {"contact", "waitingSince"}}
     running["status"] = "running"
     running["nudges"] = 0

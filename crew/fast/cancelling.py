@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import as_crew_writes, commit, event, owned
+from crew.fast.committing import commit, event, owned
 from crew.fast.handing import RUN_FIELDS
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import RunFiles, is_task_id
 from crew.fast.sending import LIVE
+from crew.fast.shapes import as_crew_writes
 from crew.fast.status import INBOUND_BOXES, TERMINAL_RUN_STATUSES, pending_index_path
 from crew.store.pending import PendingIndex
 
@@ -55,8 +56,8 @@ def cancel(call: Call, grace: float) -> int:
         tasks = {t["id"]: t for t in files.read_tasks(run)}
         if task_id is not None and tasks.get(task_id, {}).get("status", "completed") in TERMINAL:
             raise Fallback  # no such task, or one that ended
-        if not as_crew_writes(run, RUN_FIELDS):
-            raise Fallback  # a task it ends is written anew, as `Task.to_dict` writes it
+        if not as_crew_writes(run, "manifest"):
+            raise Fallback  # written anew (the run it ends), as the models write it
         change = _Change(files, marker.seq, run, tasks, who)
         reason = f"cancelled by {who.name}"
         for each in [tasks[task_id]] if task_id is not None else list(tasks.values()):
@@ -96,6 +97,8 @@ class _Change:
         task = self.tasks[task_id]
         if task.get("parent") is not None:
             raise Fallback  # its parent may be told (crew/domain/adding.py `results_to_parents`)
+        if not as_crew_writes(task, "task"):
+            raise Fallback  # it is written anew, as `Task.to_dict` writes it
         if task["status"] in LIVE and task.get("pid") is not None and task.get("node") is None:
             self.stopping.append((task_id, task["pid"], None))
         merged = {**task, "status": "cancelled", "endedAt": self.at, "error": why}

@@ -13,7 +13,7 @@ command maps it.
 
 from __future__ import annotations
 
-from crew.fast import committed
+from crew.fast import committed, runfiles
 from crew.fast.cmdline import Call, Fallback, stdin_text
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -36,7 +36,8 @@ def add(call: Call) -> int:
     try:
         return adding.add(call, prompt)  # without the models in the common case
     except Fallback:
-        pass  # nothing was written
+        if runfiles.wrote:
+            raise  # after a write: an error, never the change made twice
     committed(call, "crew.verbs")
     return add_task(
         call.arguments["run"],
@@ -61,7 +62,8 @@ def handoff(call: Call) -> int:
     try:
         return handing.handoff(call)
     except Fallback:
-        pass  # nothing was written
+        if runfiles.wrote:
+            raise  # after a write: an error, never the change made twice
     committed(call, "crew.verbs")
     return hand_off(
         call.arguments["run"],
@@ -87,7 +89,8 @@ def cancel(call: Call) -> int:
         try:
             return cancelling.cancel(call, grace)
         except Fallback:
-            pass  # nothing was written
+            if runfiles.wrote:
+                raise  # after a write: an error, never the change made twice
     committed(call, "crew.verbs")
     return cancel_run(
         call.arguments["run"],

@@ -133,13 +133,6 @@ def event(
     return record
 
 
-def as_crew_writes(record: dict[str, Any], fields: tuple[str, ...]) -> bool:
-    """Whether a snapshot is as the models write it: its fields a subset of the model's, in the
-    model's order, none null. The fast path rewrites only such: the full command rewrites any
-    other as the models would, so the bytes agree."""
-    return [key for key in fields if key in record] == list(record) and None not in record.values()
-
-
 def formats_apart(value: object) -> bool:
     """Whether `value` holds a number Python's json writes otherwise than pydantic does (a float
     under 1e-4: `1e-05` against `0.00001`): the full command writes those, so the bytes agree."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.committing import as_crew_writes, commit, event, owned
+from crew.fast.committing import commit, event, owned
 from crew.fast.output import out, print_json
+from crew.fast.shapes import as_crew_writes
 from crew.text import terminal_safe
 
 #: The statuses of a run that has not ended (crew/registry.py RunStatus `terminal`).
@@ -32,8 +33,8 @@ def handoff(call: Call) -> int:
         raise Fallback  # an override to record; a worker's session, or one to refuse
     with owned(call) as begun:
         files, marker, run, who = begun.files, begun.marker, begun.run, begun.who
-        if not as_crew_writes(run, RUN_FIELDS):
-            raise Fallback
+        if not as_crew_writes(run, "manifest"):
+            raise Fallback  # written anew as it is: the full command writes what the models make
         previous = who.name
         if run.get("status") not in LIVE_RUN:
             raise Fallback  # ended: refused

@@ -17,8 +17,13 @@ _RAW_IN_JSON_RE = re.compile(RAW_IN_JSON_PATTERN)
 
 def print_json(data: Any) -> None:
     """crew/render.py `print_json`: one indented JSON document."""
+    sys.stdout.write(json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """What `print_json` prints."""
     text = json.dumps(data, ensure_ascii=False, indent=2)
-    sys.stdout.write(_RAW_IN_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+    return _RAW_IN_JSON_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"
 
 
 def out(line: str) -> None:

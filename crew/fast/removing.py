@@ -19,10 +19,11 @@ import contextlib
 import os
 import re
 
-from crew.fast import people
+from crew.fast import people, runfiles
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.output import print_json
+from crew.fast.output import json_text
 from crew.fast.runfiles import RunFiles, RunLock, find_home, fsync_enabled, resolve_run, run_ids
+from crew.fast.shapes import as_crew_writes
 from crew.fast.status import TERMINAL_RUN_STATUSES, read_run
 from crew.store.deletion import delete
 from crew.text import terminal_safe
@@ -54,11 +55,11 @@ def rm(call: Call) -> int:
                 raise Fallback  # refused
             runs[run_id] = run
         dry_run = "--dry-run" in call.options
+        report = _report(call, [runs[run_id] for run_id in named], [], dry_run=dry_run)
         aside = [] if dry_run else [_set_aside(files) for files in named.values()]
     for folder in aside:
         delete(folder)
-    removed = [runs[run_id] for run_id in named]  # in the order named
-    _print(call, removed, [], [] if dry_run else _sweep(home), dry_run=dry_run)
+    _print(report, [] if dry_run else _sweep(home))
     return 0
 
 
@@ -81,18 +82,20 @@ def prune(call: Call) -> int:
             continue
         looked.append((files, run, _kept(files, run)))
     if "--dry-run" in call.options:
-        _print(call, [r for _, r, why in looked if why is None], _why(looked), [], dry_run=True)
+        removable = [r for _, r, why in looked if why is None]
+        _print(_report(call, removable, _why(looked), dry_run=True), [])
         return 0
     with contextlib.ExitStack() as held:
         for files, _, why in sorted(looked, key=lambda each: each[0].run_id):
             if why is None:
                 held.enter_context(_locked(files))
         looked = [(f, r, _led(f, r) if why is None else why) for f, r, why in looked]
+        report = _report(call, [r for _, r, why in looked if why is None], _why(looked))
         leftovers = _sweep(home)  # as the full command: before it removes any
         aside = [_set_aside(files) for files, _, why in looked if why is None]
     for folder in aside:
         delete(folder)
-    _print(call, [r for _, r, why in looked if why is None], _why(looked), leftovers)
+    _print(report, leftovers)
     return 0
 
 
@@ -124,7 +127,10 @@ def _look(files: RunFiles) -> dict[str, Any]:
         raise Fallback
     files.check_folders()
     files.clean()
-    return read_run(files)
+    run = read_run(files)
+    if not as_crew_writes(run, "manifest"):
+        raise Fallback  # what the full command reads of it is what the models make of it
+    return run
 
 
 def _kept(files: RunFiles, run: dict[str, Any]) -> str | None:
@@ -161,7 +167,9 @@ def _locked(files: RunFiles) -> Iterator[None]:
 
 def _set_aside(files: RunFiles) -> str:
     """crew/store/removal.py `set_aside`: the run folder renamed out of the runs folder (the
-    caller holds its lock). Returns where it went."""
+    caller holds its lock). Returns where it went. From here on the command never goes back to
+    the full one (`runfiles.wrote`): it would not find the run."""
+    runfiles.wrote = True
     runs = os.path.dirname(files.root)
     target = f"{runs}/{REMOVING_PREFIX}{files.run_id}"
     os.rename(files.root, target)
@@ -195,38 +203,50 @@ def _why(looked: list[tuple[RunFiles, dict[str, Any], str | None]]) -> list[tupl
     return [(files.run_id, why) for files, _, why in looked if why is not None]
 
 
-def _print(
+class _Report:
+    """What the command prints, made before anything is removed (a run's fields it cannot print
+    are then still a Fallback): its notes on stderr, then the runs on stdout."""
+
+    __slots__ = ("notes", "out")
+
+    def __init__(self, notes: list[str], out: str) -> None:
+        self.notes, self.out = notes, out
+
+
+def _report(
     call: Call,
     removed: list[dict[str, Any]],
     kept: list[tuple[str, str]],
-    leftovers: list[str],
     *,
     dry_run: bool = False,
-) -> None:
-    """crew/render.py's view of crew/results/admin.py `Removed`: its notes on stderr, then the
-    runs."""
-    import sys
-
-    for run_id, why in kept:
-        sys.stderr.write(f"crew: {terminal_safe(f'kept run {run_id}: {why}')}\n")
-    for name in leftovers:
-        note = f"deleted {name}, left by a removal that was cut short"
-        sys.stderr.write(f"crew: {terminal_safe(note)}\n")
+) -> _Report:
+    """crew/render.py's view of crew/results/admin.py `Removed`."""
+    notes = [f"kept run {run_id}: {why}" for run_id, why in kept]
     if "--json" in call.options:
-        print_json(
-            {
-                "dryRun": dry_run,
-                "removed": [_removed(run) for run in removed],
-                "kept": [{"runId": run_id, "reason": why} for run_id, why in kept],
-            }
-        )
-        return
+        document = {
+            "dryRun": dry_run,
+            "removed": [_removed(run) for run in removed],
+            "kept": [{"runId": run_id, "reason": why} for run_id, why in kept],
+        }
+        return _Report(notes, json_text(document))
+    lines = []
     if not removed:
-        print(terminal_safe("No run would be removed." if dry_run else "No run was removed."))
+        lines.append("No run would be removed." if dry_run else "No run was removed.")
     for run in removed:
         ended = f", ended {_ago(run['endedAt'])}" if run.get("endedAt") else ""
         what = f"run {run['runId']} ({run['status']}, crew {run['crew']}{ended})"
-        print(terminal_safe(f"{'Would remove' if dry_run else 'Removed'} {what}"))
+        lines.append(f"{'Would remove' if dry_run else 'Removed'} {what}")
+    return _Report(notes, "".join(f"{terminal_safe(line)}\n" for line in lines))
+
+
+def _print(report: _Report, leftovers: list[str]) -> None:
+    """The report, with a note for each leftover of a removal cut short that was deleted."""
+    import sys
+
+    cut_short = [f"deleted {name}, left by a removal that was cut short" for name in leftovers]
+    for note in [*report.notes, *cut_short]:
+        sys.stderr.write(f"crew: {terminal_safe(note)}\n")
+    sys.stdout.write(report.out)
 
 
 def _removed(run: dict[str, Any]) -> dict[str, Any]:

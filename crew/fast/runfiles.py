@@ -199,7 +199,10 @@ class RunFiles:
         """The tasks, in crew.toml order then added ones' (crew/store/state.py `ordered`), from
         their snapshot files (a run an older crew made keeps them in tasks.json: the full
         command's)."""
-        found = read_task_snapshots(self.root)
+        try:
+            found = read_task_snapshots(self.root)
+        except OSError:  # a link, an unreadable file: the full command names it
+            raise Fallback from None
         order = [t["id"] for t in run["config"]["tasks"]]
         if found is None or not set(order) <= set(found):
             raise Fallback

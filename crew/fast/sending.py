@@ -101,6 +101,7 @@ def send(call: Call) -> int:
     with RunLock(files.root), _closing(keys):
         marker = files.clean()
         run, task = _admitted(files, verb, task_id, who, body)
+        lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
         prior = _carried(keys, key) if key is not None else None
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
@@ -116,12 +117,11 @@ def send(call: Call) -> int:
     if not replayed:
         with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
             index.current()  # the pending index, saved with the line just written
-    lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
     if "--wait" not in call.options and "--wait-ack" not in call.options:
         _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed)
         return 0
     until = "acknowledged" if "--wait-ack" in call.options else "delivered"
-    message, failure = _waited(files.box(verb.box), message, at, until, call.options)
+    message, failure = _waited(files, verb.box, (message, at), until, call.options)
     waited = Waited(until, failure)
     _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed, waited=waited)
     if failure is None:
@@ -149,24 +149,34 @@ class Waited:
 
 
 def _waited(
-    path: str, message: dict[str, Any], at: int, until: str, options: dict[str, str]
+    files: RunFiles,
+    box: str,
+    sent: tuple[dict[str, Any], int],
+    until: str,
+    options: dict[str, str],
 ) -> tuple[dict[str, Any], tuple[int, str] | None]:
     """crew/waiting.py `wait_for_message` on the fast path: the message's state once it is
-    `until` (delivered also takes acknowledged), read from the line at byte `at` of its mailbox
-    file on, woken by the mailbox folder's changes (inotify: crew/store/watch.py); and what
-    failed (a timeout, a rejection) — the message as it is then."""
+    `until` (delivered also takes acknowledged), read from its line (`sent`: the message and
+    the byte its line begins at) of its mailbox file on, woken by the mailbox folder's changes
+    (inotify: crew/store/watch.py); and what failed (a timeout, a rejection) — the message as it
+    is then. A line the fast path does not read hands the rest of the wait to the library (the
+    message is sent: the command must not go back to the full one, which would send it again)."""
     import time
 
     from crew.store.watch import watch_folders
 
+    path = files.box(box)
     wanted = {"acknowledged"} if until == "acknowledged" else {"delivered", "acknowledged"}
     timeout = _seconds(options.get("--timeout"))
     deadline = None if timeout is None else time.monotonic() + timeout
     watcher = watch_folders([os.path.dirname(path)])  # before the first read: no change missed
-    state, offset = message, at
+    state, offset = sent
     try:
         while True:
-            state, offset = _read_on(path, state, offset)
+            try:
+                state, offset = _read_on(path, state, offset)
+            except (Fallback, ValueError):
+                return _waited_by_the_library(files, state, until, (deadline, timeout))
             if state["status"] in wanted:
                 return state, None
             if state["status"] == "rejected":
@@ -180,6 +190,38 @@ def _waited(
             watcher.wait(remaining)
     finally:
         watcher.close()
+
+
+def _waited_by_the_library(
+    files: RunFiles,
+    message: dict[str, Any],
+    until: str,
+    limits: tuple[float | None, float | None],
+) -> tuple[dict[str, Any], tuple[int, str] | None]:
+    """The rest of `_waited`, by crew/waiting.py `wait_for_message` through the models, until
+    the deadline (`limits`: the deadline and the whole timeout it came from)."""
+    import time
+    from pathlib import Path
+
+    from crew.errors import CrewTimeout, Refused
+    from crew.models import MailboxMessage
+    from crew.paths import Home
+    from crew.registry import MessageStatus
+    from crew.store.runstore import RunStore
+    from crew.waiting import wait_for_message
+
+    deadline, timeout = limits
+    store = RunStore.open(Home(Path(files.home)), files.run_id)
+    sent = MailboxMessage.model_validate(message)
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        reached = wait_for_message(store, sent, until=MessageStatus(until), timeout=remaining)
+    except (CrewTimeout, Refused) as failed:
+        latest = store.fold(sent.kind.box).get(sent.id, sent).to_dict()
+        if isinstance(failed, Refused):
+            return latest, (REFUSED, failed.message)
+        return latest, (TIMED_OUT, _still(latest, until, timeout or 0.0))
+    return reached.to_dict(), None
 
 
 def _read_on(path: str, state: dict[str, Any], offset: int) -> tuple[dict[str, Any], int]:

@@ -1,0 +1,302 @@
+"""Where the fast path and the full command were found apart: a lease the fast path cannot read
+after its commit, a task file gone, task files and a manifest of an older crew's shape, a task
+file that is a link, a manifest without `createdAt`. Each case is run both ways on twin copies
+of a run, the fast twin as the `crew` command runs it: the fast path, then the full command if
+the fast path hands the command over."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION, CliResult
+from test_fast import MakeRun, Twins, _keyed_add, _normal
+from test_verbs import ask, start
+
+from crew import clock, fast, verbs
+from crew.fast import runfiles
+from crew.store.runstore import RunStore
+
+_DEFAULTED = ("waitingFor", "failures", "nudges")  # an older crew's task file had none of them
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runfiles, "wrote", False)  # each test's command a process of its own
+
+
+def _as_crew(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], twins: Twins, *args: str
+) -> tuple[CliResult, CliResult]:
+    """The full command on one twin; on the other the fast path, then the full command if the
+    fast path handed the command over (what `crew` does: crew/fast `main`)."""
+    full = cli(*args, "--home", str(twins.full))
+    capsys.readouterr()
+    code = fast.fast([*args, "--home", str(twins.fast)])
+    out = capsys.readouterr()
+    if code is not None:
+        return full, CliResult(code, out.out, out.err)
+    then = cli(*args, "--home", str(twins.fast))
+    return full, CliResult(then.code, out.out + then.out, out.err + then.err)
+
+
+def _alike(twins: Twins, full: CliResult, quick: CliResult) -> None:
+    """The same exit code, output and run files both ways (ids, times and folders aside)."""
+    assert quick.code == full.code
+    assert _normal(quick.err.encode(), twins.fast) == _normal(full.err.encode(), twins.full)
+    assert _normal(quick.out.encode(), twins.fast) == _normal(full.out.encode(), twins.full)
+    twins.same_files()
+    tasks = [
+        sorted(os.listdir(home / "state/runs" / twins.run_id / "tasks")) for home in twins.homes()
+    ]
+    assert tasks[1] == tasks[0]
+
+
+def _edit(path: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    """A JSON file changed in place, written as crew writes it."""
+    document = json.loads(path.read_bytes())
+    edit(document)
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def _drop_defaults(task: dict[str, Any]) -> None:
+    for name in _DEFAULTED:
+        task.pop(name, None)
+
+
+# ------------------------------------------------------------------ a lease unreadable after commit
+
+
+@pytest.mark.parametrize("lease", ["", "{}", '{"pid": 1, "host": "x", "heartbeatAt": "soon"}'])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("add", "x", "--agent", "coder"),
+        ("steer", "plan", "hello"),
+        ("follow-up", "plan", "later", "--json"),
+        ("nudge", "plan"),
+        ("respond", "plan", "Use Postgres"),
+    ],
+)
+def test_a_change_whose_lease_is_unreadable_is_made_once(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    lease: str,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path read the lease after its commit, then handed over: the change made twice.
+    store = make_run()
+    if args[0] == "respond":
+        ask(store)
+    else:
+        start(store)
+    store.paths.leader.parent.mkdir(exist_ok=True)
+    store.paths.leader.write_text(lease)
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+
+
+# ------------------------------------------------------------------------ a task whose file is gone
+
+
+def test_an_add_under_the_id_of_a_task_whose_file_is_gone_is_refused(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    # The fast path took the tasks folder for the run's tasks, and added a second `plan`.
+    store = make_run()
+    start(store)
+    (store.paths.root / "tasks" / "plan.json").unlink()
+    twins = Twins(store, tmp_path)
+
+    args = ("add", twins.run_id, "x", "--agent", "coder", "--id", "plan")
+    full, quick = _as_crew(cli, capsys, twins, *args)
+
+    assert full.code == 4 and "already has a task 'plan'" in full.err
+    _alike(twins, full, quick)
+
+
+# --------------------------------------------------------------------- task files of an older shape
+
+
+@pytest.mark.parametrize("args", [(), ("build",), ("plan", "--json")])
+def test_a_cancel_of_tasks_of_an_older_shape_writes_their_defaults(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path wrote the task files, and the events' tasks, without the models' defaults.
+    store = make_run()
+    start(store)
+    for name in ("plan", "build"):
+        _edit(store.paths.root / "tasks" / f"{name}.json", _drop_defaults)
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, "cancel", twins.run_id, *args)
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+
+
+@pytest.mark.parametrize("field", ["waitingFor", "failures"])
+def test_an_answer_to_a_task_of_an_older_shape_writes_its_defaults(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    field: str,
+) -> None:
+    # The fast path wrote the answered task without the field the full command fills in.
+    store = make_run()
+    ask(store)
+    _edit(store.paths.root / "tasks" / "plan.json", lambda task: task.pop(field))
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, "respond", twins.run_id, "plan", "Use Postgres")
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+
+
+def test_a_replayed_add_of_a_task_of_an_older_shape_prints_its_defaults(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    # The fast path printed the keyed task as its file has it, without the models' defaults.
+    store = make_run()
+    start(store)
+    _keyed_add(store)
+    _edit(store.paths.root / "tasks" / "coder-1.json", _drop_defaults)
+    twins = Twins(store, tmp_path)
+
+    args = ("add", twins.run_id, "x", "--agent", "coder", "--idempotency-key", "k", "--json")
+    full, quick = _as_crew(cli, capsys, twins, *args)
+
+    assert full.code == 0 and json.loads(full.out)["task"]["waitingFor"] == []
+    _alike(twins, full, quick)
+
+
+# --------------------------------------------------------------------- a manifest of an older shape
+
+
+@pytest.mark.parametrize("args", [("handoff", "o@ci"), ("cancel",)])
+def test_a_change_to_a_manifest_without_a_defaulted_limit_writes_the_default(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path copied the config as found; the full command writes it as the models do.
+    store = make_run()
+    start(store)
+    _edit(store.paths.manifest, lambda run: run["config"]["limits"].pop("maxDepth"))
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+    written = json.loads((twins.fast / "state/runs" / twins.run_id / "manifest.json").read_bytes())
+    assert written["config"]["limits"]["maxDepth"] == 3
+
+
+# ----------------------------------------------------------------------- a task file that is a link
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("cancel", "plan"),
+        ("status",),
+        ("add", "x", "--agent", "coder", "--idempotency-key", "k"),
+    ],
+)
+def test_a_task_file_that_is_a_link_is_refused_naming_the_link(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path opened the link without following it, and said "Too many levels", exit 1.
+    store = make_run()
+    start(store)
+    task = store.paths.root / "tasks" / "build.json"
+    shutil.copy(task, store.paths.root / "build-copy.json")
+    task.unlink()
+    task.symlink_to("../build-copy.json")
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    assert full.code == 4 and "build.json is a symbolic link" in full.err
+    assert twins.portable(quick, twins.fast) == twins.portable(full, twins.full)
+
+
+# ------------------------------------------------------------ a removal of a run crew did not write
+
+
+def _ended_run(make_run: MakeRun, edit: Callable[[dict[str, Any]], object]) -> RunStore:
+    store = make_run()
+    verbs.cancel(store, session=SESSION)
+    _edit(store.paths.manifest, edit)
+    return store
+
+
+@pytest.mark.parametrize("command", [("rm", "{run}", "--json"), ("prune", "--keep", "0", "--json")])
+def test_a_removal_of_a_run_without_created_at_prints_it_removed(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    command: tuple[str, ...],
+) -> None:
+    # The fast path removed the run, then handed over: "No run matches", or `"removed": []`.
+    twins = Twins(_ended_run(make_run, lambda run: run.pop("createdAt")), tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, *(a.format(run=twins.run_id) for a in command))
+
+    removed = [run["runId"] for run in json.loads(full.out)["removed"]]
+    assert full.code == 0 and removed == [twins.run_id]
+    assert (quick.code, quick.err) == (full.code, full.err)
+    assert _normal(quick.out.encode()) == _normal(full.out.encode())
+    assert [list((home / "state/runs").iterdir()) for home in twins.homes()] == [[], []]
+
+
+@pytest.mark.parametrize("command", [("rm", "{run}"), ("prune", "--keep", "0")])
+def test_a_removal_names_the_crew_the_full_command_names(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[str, ...],
+) -> None:
+    # The fast path printed the manifest's `crew` (5); the full command the crew's name (test).
+    twins = Twins(_ended_run(make_run, lambda run: run.update(crew=5)), tmp_path)
+    now = clock.moment() + timedelta(seconds=2)
+    monkeypatch.setattr(clock, "moment", lambda: now)  # "ended 2s ago" the same both ways
+
+    full, quick = _as_crew(cli, capsys, twins, *(a.format(run=twins.run_id) for a in command))
+
+    assert full.code == 0 and f"{twins.run_id} (cancelled, crew test, " in full.out
+    assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
