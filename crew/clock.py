@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
+_TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN)
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The longest duration crew takes: a hundred years says "never" well enough, and every timer
@@ -26,8 +27,12 @@ def format_timestamp(moment: datetime) -> str:
 
 
 def parse_timestamp(text: str) -> datetime:
-    """Parse a timestamp crew wrote (raises ValueError on anything else)."""
-    return datetime.strptime(text, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
+    """Parse a timestamp crew wrote (raises ValueError on anything else). Checked against the
+    pattern, then read by `fromisoformat`: `strptime` takes more (one-digit fields, fewer
+    digits of microseconds), and its first call costs a command ~3 ms of imports."""
+    if not _TIMESTAMP_RE.fullmatch(text):
+        raise ValueError(f"not a timestamp crew writes: {text!r}")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
 def moment() -> datetime:
