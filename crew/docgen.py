@@ -289,10 +289,42 @@ def schema_data() -> str:
     return json.dumps(all_schemas(), ensure_ascii=False, indent=1) + "\n"
 
 
+#: What of a JSON Schema crew/fast/shapes.py reads: the rest (descriptions, titles,
+#: patterns, bounds) is the models' to check, and would triple what every command parses.
+_SHAPE_KEYS = frozenset(
+    {"$defs", "$ref", "properties", "anyOf", "enum", "type", "items", "additionalProperties"}
+)
+
+
+def shape_data() -> str:
+    """The JSON Schemas, of what crew/fast/shapes.py reads of them (a default only where it
+    is null: the one thing it asks of a default)."""
+    from crew.schemas import all_schemas
+
+    def lean(node: Any, properties: bool = False) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if properties:  # field names -> their schemas
+            return {name: lean(field) for name, field in node.items()}
+        kept = {
+            k: lean(v, k in {"properties", "$defs"}) for k, v in node.items() if k in _SHAPE_KEYS
+        }
+        if kept.get("anyOf"):
+            kept["anyOf"] = [lean(branch) for branch in node["anyOf"]]
+        if "default" in node and node["default"] is None:
+            kept["default"] = None
+        return kept
+
+    shapes = {name: lean(schema) for name, schema in all_schemas().items()}
+    return json.dumps(shapes, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
 #: Files of the package made from the models: the JSON Schemas the fast path prints
-#: (`crew schema`), so that printing one needs no model built.
+#: (`crew schema`), so that printing one needs no model built, and what of them it checks
+#: records against (crew/fast/shapes.py).
 DATA: dict[Path, Callable[[], str]] = {
     Path(__file__).resolve().parent / "fast" / "schemas.json": schema_data,
+    Path(__file__).resolve().parent / "fast" / "shapes.json": shape_data,
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import SESSION, CliResult
-from test_fast import MakeRun, Twins, _keyed_add, _normal
+from test_fast import MakeRun, Twins, _alive, _keyed_add, _normal
 from test_verbs import ask, start
 
 from crew import clock, fast, verbs
@@ -300,3 +300,118 @@ def test_a_removal_names_the_crew_the_full_command_names(
 
     assert full.code == 0 and f"{twins.run_id} (cancelled, crew test, " in full.out
     assert (quick.code, quick.out, quick.err) == (full.code, full.out, full.err)
+
+
+# ---------------------------------------------------------------- what the reading commands show
+
+
+@pytest.mark.parametrize(
+    ("args", "damage"),
+    [
+        (("status", "--json"), "tasks"),
+        (("status", "--json"), "manifest"),
+        (("wait", "--for", "started", "--json"), "tasks"),
+    ],
+)
+def test_a_run_of_an_older_shape_is_shown_with_the_models_defaults(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+    damage: str,
+) -> None:
+    # The fast path printed the task files and the manifest as found.
+    store = make_run()
+    start(store)
+    _alive(store)
+    if damage == "tasks":
+        for name in ("plan", "build"):
+            _edit(store.paths.root / "tasks" / f"{name}.json", _drop_defaults)
+    else:
+        _edit(store.paths.manifest, lambda run: run["config"]["limits"].pop("maxDepth"))
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+
+
+@pytest.mark.parametrize("args", [(), ("--json",), ("--task", "alpha")])
+def test_the_mailbox_lists_added_tasks_in_the_order_they_were_added(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path ranked only crew.toml's tasks: an added task's messages split by another's.
+    store = make_run()
+    start(store)
+    for task_id in ("zeta", "alpha"):
+        verbs.add_task(store, agent="coder", prompt="more", task_id=task_id, session=SESSION)
+    for task_id, body in [("zeta", "z1"), ("alpha", "a1"), ("zeta", "z2")]:
+        verbs.follow_up(store, task_id, body, session=SESSION)
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, "mailbox", twins.run_id, *args)
+
+    assert full.code == 0
+    _alike(twins, full, quick)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda info: info.pop("startedAt"),
+        lambda info: info.update(watcher="bogus"),
+    ],
+    ids=["without startedAt", "a watcher unknown"],
+)
+@pytest.mark.parametrize(
+    "args", [("status",), ("status", "--json"), ("steer", "plan", "x", "--json")]
+)
+def test_a_lease_the_models_cannot_read_is_stale_both_ways(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    edit: Callable[[dict[str, Any]], object],
+    args: tuple[str, ...],
+) -> None:
+    # The fast path read the pid, host and heartbeat alone, and called the leader alive.
+    store = make_run()
+    start(store)
+    _alive(store)
+    _edit(store.paths.leader, edit)
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    _alike(twins, full, quick)
+
+
+def test_events_leave_out_a_null_field_as_the_full_command_does(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    # The fast path printed the line as found, its null with it.
+    store = make_run()
+    lines = store.paths.events.read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    assert "taskId" not in first
+    nulled = {key: first[key] for key in ("id", "seq", "runId", "at", "type")}
+    nulled.update(taskId=None, **{k: v for k, v in first.items() if k not in nulled})
+    null = len(b'"taskId":null,')
+    nulled["message"] = first["message"][:-null]  # the log's size as the marker has it
+    lines[0] = json.dumps(nulled, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    store.paths.events.write_bytes(b"".join(lines))
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, "events", twins.run_id, "--json")
+
+    assert full.code == 0
+    _alike(twins, full, quick)

@@ -81,6 +81,8 @@ def _event(line: bytes) -> dict[str, Any]:
         raise Fallback from None
     if not isinstance(event, dict) or list(event) != [k for k in EVENT_FIELDS if k in event]:
         raise Fallback
+    if None in event.values():
+        raise Fallback  # crew leaves a null field out
     if json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() != line:
         raise Fallback  # not as crew writes it (or a number written otherwise)
     seq, end = event.get("seq"), event.get("endSeq")

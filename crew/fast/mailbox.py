@@ -52,11 +52,11 @@ def mailbox(call: Call) -> int:
         raise Fallback  # the full command names the values it takes
     files = open_run(call)
     before = files.clean()
-    run, _tasks = read_state(files)
+    _run, tasks = read_state(files)
     lines = {name: _lines(files.box(name)) for name in ([box] if box else BOXES)}
     if files.clean() != before:
         raise Fallback  # a write came between the reads: the full command waits for it
-    order = {t["id"]: index for index, t in enumerate(run["config"]["tasks"])}
+    order = {t["id"]: index for index, t in enumerate(tasks)}  # crew.toml's, then added ones
     if task_id is not None and task_id not in order:
         raise Fallback  # the full command says the run has no such task
     views: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from crew.fast.cmdline import Fallback
 from crew.fast.runfiles import RunFiles
+from crew.fast.shapes import as_crew_writes
 
 #: crew/ids.py MAX_TEXT_ID_LENGTH.
 MAX_TEXT_ID_LENGTH = 256
@@ -141,11 +142,9 @@ def lease(files: RunFiles, stale_after: float) -> Lease:
     if not os.path.lexists(files.leader):
         return Lease(ABSENT, None)
     info = files.read_json(files.leader)
-    if not isinstance(info, dict):
-        raise Fallback
-    pid, host, beat = info.get("pid"), info.get("host"), info.get("heartbeatAt")
-    if not isinstance(pid, int) or not isinstance(host, str) or not isinstance(beat, str):
-        raise Fallback
+    if not as_crew_writes(info, "leader"):
+        raise Fallback  # the models read it otherwise (a lease they cannot read is stale)
+    pid, host, beat = info["pid"], info["host"], info["heartbeatAt"]
     if info.get("stoppedReason"):
         return Lease(STALE, info)
     if host == os.uname().nodename and not _alive(pid):

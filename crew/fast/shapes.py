@@ -4,11 +4,12 @@ write present (a run an older crew made may lack one a newer crew added with a d
 the models fill in), none null, nothing the models do not have, and each value of the JSON type
 its field has — all the way down (a task's question, the manifest's crew definition).
 
-The shapes are the models' own JSON schemas (crew/schemas.py), read from `schemas.json` beside
-this module, which `python -m crew.docgen` writes (and a test keeps current). A record of any
-other shape is the full command's: it reads it through the models and writes what they make of
-it. Values are checked for their JSON type only (and an enum's values); a pattern or a bound is
-the models' to check, and no record crew wrote breaks one.
+The shapes are the models' own JSON schemas (crew/schemas.py), of what this module reads of
+them, in `shapes.json` beside it, which `python -m crew.docgen` writes (and a test keeps
+current): a fourth of `schemas.json`, which every command that checks a record would parse. A
+record of any other shape is the full command's: it reads it through the models and writes
+what they make of it. Values are checked for their JSON type only (and an enum's values); a
+pattern or a bound is the models' to check, and no record crew wrote breaks one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from typing import Any
 
-SCHEMAS = os.path.join(os.path.dirname(__file__), "schemas.json")
+SHAPES = os.path.join(os.path.dirname(__file__), "shapes.json")
 #: JSON Schema's scalar types, as Python's json reads them (a bool is no number).
 _SCALARS: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -35,7 +36,7 @@ def as_crew_writes(record: object, kind: str) -> bool:
     """Whether `record` is a `kind` (a name of `schemas.json`: manifest, task, …) exactly as the
     models would write it again."""
     if not _schemas:
-        with open(SCHEMAS, "rb") as handle:
+        with open(SHAPES, "rb") as handle:
             _schemas.update(json.loads(handle.read()))
     schema = _schemas[kind]
     return _fits(record, schema, schema.get("$defs", {}))

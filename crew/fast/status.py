@@ -12,6 +12,7 @@ from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import print_json
 from crew.fast.runfiles import RunFiles, open_run
+from crew.fast.shapes import as_crew_writes
 from crew.store.pending import PendingIndex
 from crew.text import colors_wanted
 from crew.textviews import terminal_width, write_status
@@ -42,12 +43,21 @@ def status(call: Call) -> int:
         raise Fallback
     document = _document(files, run, tasks, pending, lease)
     if "--json" in call.options:
+        if not as_written(run, tasks):
+            raise Fallback
         print_json(document)
     else:
         write_status(document, color=color, width=terminal_width())
     for index in indexes:  # a cache, written only by a command that did its work
         index.save_if_behind()
     return 0
+
+
+def as_written(run: dict[str, Any], tasks: list[dict[str, Any]]) -> bool:
+    """Whether the manifest and the tasks, printed as found, are what the full command prints
+    of them: as the models write them (a run an older crew made may lack a field a newer one
+    added with a default, which the models fill in: crew/fast/shapes.py)."""
+    return as_crew_writes(run, "manifest") and all(as_crew_writes(t, "task") for t in tasks)
 
 
 def colored(call: Call) -> bool:
