@@ -376,11 +376,14 @@ def test_a_lease_the_models_cannot_read_is_stale_both_ways(
     make_run: MakeRun,
     cli: Callable[..., CliResult],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     edit: Callable[[dict[str, Any]], object],
     args: tuple[str, ...],
 ) -> None:
     # The fast path read the pid, host and heartbeat alone, and called the leader alive.
+    now = clock.moment()
+    monkeypatch.setattr(clock, "moment", lambda: now)  # "created 2s ago" the same both ways
     store = make_run()
     start(store)
     _alive(store)
