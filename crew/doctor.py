@@ -18,9 +18,10 @@ from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
 from crew.results.admin import DoctorReport, Finding
 from crew.store import jsonl, pin, snapshot
+from crew.store.mailfile import Line
 from crew.store.pin import Pin
 from crew.store.runstore import RunStore
-from crew.store.state import Recovery, describe_cut
+from crew.store.state import LogsRead, Recovery, describe_cut
 
 #: How many times an examination reads a run again when a writer rewrote a log meanwhile.
 PIN_ATTEMPTS = 3
@@ -74,9 +75,9 @@ def examine_run(
 
 def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Finding]:
     run_id = store.run_id
-    findings, events = _check_logs(store.paths, run_id, pinned, repair=repair)
+    findings, events, mail = _check_logs(store.paths, run_id, pinned, repair=repair)
     try:
-        recovery = store.recover(full=True, pin=pinned, events=events)
+        recovery = store.recover(full=True, pin=pinned, read=LogsRead(events, mail))
     except CrewError as exc:
         findings.append(Finding(run_id, exc.message, repairable=False))
         return findings
@@ -105,17 +106,23 @@ def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Findi
 
 def _check_logs(
     paths: RunPaths, run_id: str, pinned: Pin | None, *, repair: bool
-) -> tuple[list[Finding], list[Event]]:
-    """Bad lines and torn tails of the logs; and the events read (for the other checks)."""
+) -> tuple[list[Finding], list[Event], dict[Box, list[Line]]]:
+    """Bad lines and torn tails of the logs; and the events and mailbox lines read (for the
+    other checks: each file is read once)."""
     findings: list[Finding] = []
     events: list[Event] = []
-    logs: list[tuple[Path, type[Event] | type[MailboxLine]]] = [(paths.events, CheckedEvent)]
-    logs.extend((paths.box(b), MailboxLine) for b in Box)
-    for path, model in logs:
+    mail: dict[Box, list[Line]] = {}
+    logs: list[tuple[Path, type[Event] | type[MailboxLine], Box | None]] = [
+        (paths.events, CheckedEvent, None)
+    ]
+    logs.extend((paths.box(b), MailboxLine, b) for b in Box)
+    for path, model, box in logs:
         end = pinned.end(path) if pinned is not None else None
         result = jsonl.read(path, model, end=end)
-        if model is CheckedEvent:
+        if box is None:
             events = [e for e in result.records if isinstance(e, Event)]
+        else:
+            mail[box] = [r.root for r in result.records if isinstance(r, MailboxLine)]
         found = [Finding(run_id, bad.reason, path=path, line=bad.line) for bad in result.bad]
         if result.tail_bytes:
             found.append(
@@ -132,7 +139,7 @@ def _check_logs(
             for finding in found:
                 finding.repaired = True
         findings.extend(found)
-    return findings, events
+    return findings, events, mail
 
 
 def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Finding]:

@@ -3,6 +3,8 @@ tail the marker does not cover) and after a full check (every message's latest v
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from crew.models import Event, MailboxMessage
 from crew.paths import RunPaths
 from crew.registry import Box, MessageStatus
@@ -21,16 +23,23 @@ _MESSAGE_RANK = {
 
 
 def gaps(
-    paths: RunPaths, events: list[Event], pin: Pin | None = None
+    paths: RunPaths,
+    events: list[Event],
+    pin: Pin | None = None,
+    read: Mapping[Box, list[mailfile.Line]] | None = None,
 ) -> dict[Box, list[MailboxMessage]]:
     """Messages whose latest evented version their mailbox file lacks (or has older): each
-    whole, since the file may lack the line a change would be merged into."""
+    whole, since the file may lack the line a change would be merged into. `read`: the files'
+    valid lines, as the caller read them (as pinned), instead of reading them again."""
     found: dict[Box, list[MailboxMessage]] = {}
     for box, lines in messages_by_box(events).items():
         expected = mailfile.fold(lines)
-        path = paths.box(box)
-        end = pin.end(path) if pin is not None else None
-        have = mailfile.fold(mailfile.read(path, end=end))
+        if read is not None:
+            have = mailfile.fold(read[box])
+        else:
+            path = paths.box(box)
+            end = pin.end(path) if pin is not None else None
+            have = mailfile.fold(mailfile.read(path, end=end))
         missing = [
             m
             for m in expected.values()

@@ -41,6 +41,7 @@ from crew.store.lock import lock_timeout, locked
 from crew.store.pin import Pin
 from crew.store.snapshots import Identity, Snapshots
 from crew.store.state import (
+    LogsRead,
     Recovery,
     RunState,
     apply_event,
@@ -304,11 +305,11 @@ class RunStore:
     # ---------------------------------------------------------------- recovery
 
     def recover(
-        self, *, full: bool = False, pin: Pin | None = None, events: list[Event] | None = None
+        self, *, full: bool = False, pin: Pin | None = None, read: LogsRead | None = None
     ) -> Recovery:
         """Load the state; `full` checks the snapshots and mailbox against the whole event log
-        (`events`: as the caller read it, checked). With a `pin` (taken under the lock), that
-        check reads the files as pinned, and needs no lock (crew/store/pin.py)."""
+        (`read`: the logs as the caller read them, checked). With a `pin` (taken under the
+        lock), that check reads the files as pinned, and needs no lock (crew/store/pin.py)."""
         if not full and pin is None:
             clean = self._recover_clean()
             if clean is not None:
@@ -338,7 +339,7 @@ class RunStore:
         # No trustworthy marker (missing, torn, or of another boot: a power cut may have lost
         # what was not fsynced), unreadable snapshots, or a mailbox file changed outside a
         # transaction: check everything against the whole log.
-        rebuilt = rebuild(events := self._whole_transactions(events, events_end))
+        rebuilt = rebuild(events := self._whole_transactions(read, events_end))
         if rebuilt is None:
             if run is not None and tasks is not None:
                 return Recovery(RunState(run, ordered(run, tasks)), last_seq, full=True, cut=cut)
@@ -361,7 +362,7 @@ class RunStore:
             broken=broken,
             mismatch=mismatch,
             cut=cut,
-            gaps=mailbox_repair.gaps(self.paths, events, pin),
+            gaps=mailbox_repair.gaps(self.paths, events, pin, read.mail if read else None),
         )
 
     def is_current(self) -> bool:
@@ -380,11 +381,11 @@ class RunStore:
             and self.snapshots.identity() == self._known_files
         )
 
-    def _whole_transactions(self, events: list[Event] | None, end: int | None) -> list[Event]:
+    def _whole_transactions(self, read: LogsRead | None, end: int | None) -> list[Event]:
         """The events of whole transactions, checked: of those the caller read, or read now."""
-        if events is None:
+        if read is None:
             return eventlog.read(self.paths.events, end=end, checked=True).records
-        return events[: eventlog.whole(events)]
+        return read.events[: eventlog.whole(read.events)]
 
     def _recover_clean(self) -> Recovery | None:
         """The state, when the marker says the files reflect the whole log and it was written

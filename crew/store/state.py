@@ -8,6 +8,7 @@ folding the log is how a crashed write is completed and how a lost snapshot is r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,15 @@ class RunState:
         # is enough for a transaction to work on.
         counts = None if self._counts is None else Counter(self._counts)
         return RunState(self.run, dict(self.tasks), counts)
+
+
+@dataclass(frozen=True)
+class LogsRead:
+    """A run's logs as a caller read them, checked: the events, and each mailbox file's valid
+    lines (MailboxMessage or MailboxChange), so that a full check reads each file once."""
+
+    events: list[Event]
+    mail: Mapping[Box, list[MailboxMessage | MailboxChange]]
 
 
 @dataclass
