@@ -6,6 +6,7 @@ command with nothing written; its constants and options are those of the definit
 from __future__ import annotations
 
 import ast
+import errno
 import io
 import json
 import os
@@ -2401,3 +2402,41 @@ def test_a_record_is_as_crew_writes_it_when_the_models_would_write_it_so(
     assert not as_crew_writes(
         {**run, "config": {**run["config"], "agents": {name: bad_agent}}}, "manifest"
     )
+
+
+class _FullDisk:
+    """`os` as crew/fast/runfiles.py sees it, on a disk with no room for an event line."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    @staticmethod
+    def write(fd: int, data: bytes) -> int:
+        if data.startswith(b'{"id":"evt_'):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("verb", ["steer", "follow-up"])
+def test_an_event_that_does_not_fit_hands_the_command_over_having_written_nothing(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    """The full command then meets the full disk itself and says so, as it says it."""
+    store = make_run()
+    start(store)
+    monkeypatch.setattr(runfiles, "os", _FullDisk())
+    _refused(store, verb, "latest", "plan", "x")
+
+
+def test_an_add_whose_event_does_not_fit_is_the_librarys_and_made_once(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    start(store)
+    monkeypatch.setattr(runfiles, "os", _FullDisk())  # the fast path's writes only
+    root = str(store.paths.home.root)
+
+    assert fast.fast(["add", "latest", "more", "--agent", "coder", "-q", "--home", root]) == 0
+
+    added = [t for t in store.state().tasks if t.startswith("coder-")]
+    assert added == ["coder-1"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,6 +142,26 @@ def test_it_is_saved_again_only_when_well_behind(files: tuple[Path, Path]) -> No
         )
     _index(files).current()
     assert saved.read_bytes() != first
+
+
+def test_a_save_removes_what_a_killed_save_left_and_nothing_of_a_live_one(
+    files: tuple[Path, Path],
+) -> None:
+    # A save is the last write of a send, after its marker: no recovery comes after a kill then.
+    mailbox, saved = files
+    mailbox.write_bytes(_line("msg_a", "pending"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    left = saved.with_name(f".{saved.name}.{int(gone.stdout)}.0a1b2c3d.tmp")
+    alive = saved.with_name(f".{saved.name}.{os.getppid()}.0a1b2c3d.tmp")
+    other = saved.with_name(f".inbox.pending.json.{int(gone.stdout)}.0a1b2c3d.tmp")
+    for temp in (left, alive, other):
+        temp.write_bytes(b"{")
+
+    _index(files).current()
+
+    assert saved.exists() and not left.exists()
+    assert alive.exists() and other.exists()  # a save in progress; another index's
 
 
 def _keyed(message_id: str, key: object, status: str = "pending", **fields: object) -> bytes:

@@ -362,10 +362,10 @@ def open_append(path: str) -> int:
 
 
 def write_lines(fd: int, data: bytes, *, fsync: bool) -> int:
-    """Append whole lines with one `write()`; on failure take them back and raise OSError.
+    """Append whole lines with one `write()`; on failure take them back and raise OSError
+    (`wrote` stays as it was: nothing was written, and the full command may do the change).
     Returns the file's size after them."""
     global wrote  # noqa: PLW0603  # one process, one command
-    wrote = True
     start = os.fstat(fd).st_size
     try:
         written = os.write(fd, data)
@@ -374,8 +374,13 @@ def write_lines(fd: int, data: bytes, *, fsync: bool) -> int:
         if fsync:
             os.fsync(fd)
     except OSError:
-        os.ftruncate(fd, start)
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            wrote = True  # what was written stays: never done again by the full command
+            raise
         raise
+    wrote = True
     return start + len(data)
 
 

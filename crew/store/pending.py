@@ -211,8 +211,9 @@ class PendingIndex(BoxIndex):
             separators=(",", ":"),
         ).encode()
         folder, name = os.path.split(self.index)
-        # Named as crew/store/snapshot.py names temp files, so recovery removes one left behind.
+        # Named as crew/store/snapshot.py names temp files, so `crew doctor` knows one left behind.
         temp = f"{folder}/.{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        _sweep(folder, f".{name}.")
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             try:
@@ -220,11 +221,39 @@ class PendingIndex(BoxIndex):
             finally:
                 os.close(fd)
             os.replace(temp, self.index)
-        except OSError:  # a cache: a read-only or full disk only means the next reader reads more
+        except BaseException as error:  # a cache: a read-only or full disk, or Ctrl-C
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-            return
+            if not isinstance(error, OSError):
+                raise
+            return  # only means the next reader reads more
         self._saved = self.size
+
+
+def _sweep(folder: str, prefix: str) -> None:
+    """Remove the temp files of an index's earlier saves whose writer was killed (SIGKILL,
+    between the write and the rename): it is saved after the transaction's marker, so no
+    recovery comes after it to remove them. A writer alive is saving now: its file is left."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix) :].partition(".")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and _gone(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{folder}/{name}")
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process has the pid (a zombie, or another user's, counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 #: A transaction cut short is rolled back whole, by a kill or a power cut (WAL is consistent at
