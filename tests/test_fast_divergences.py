@@ -418,3 +418,52 @@ def test_events_leave_out_a_null_field_as_the_full_command_does(
 
     assert full.code == 0
     _alike(twins, full, quick)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"endSeq": 0},
+        {"runId": "other"},
+        {"data": {"y": 1e-7}},
+    ],
+    ids=["an endSeq of 0", "another run's id", "a float written otherwise"],
+)
+def test_an_event_the_models_would_skip_or_write_otherwise_is_the_full_commands(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    change: dict[str, Any],
+) -> None:
+    # The fast path checked these fields' types alone, and printed the line as it found it.
+    store = make_run()
+    last = json.loads(store.paths.events.read_bytes().splitlines()[-1])
+    added = {**last, "id": "evt_added", "seq": last["seq"] + 1, **change}
+    with store.paths.events.open("a") as handle:
+        handle.write(json.dumps(added, ensure_ascii=False, separators=(",", ":")) + "\n")
+    twins = Twins(store, tmp_path)
+
+    for args in [(), ("--json",)]:
+        full, quick = _as_crew(cli, capsys, twins, "events", twins.run_id, *args)
+        assert full.code == 0
+        _alike(twins, full, quick)
+
+
+def test_logs_of_a_run_whose_logs_folder_is_a_file_name_what_the_full_command_names(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    # The fast path's lstat met "Not a directory" and said so of another file.
+    store = make_run()
+    logs = store.paths.root / "logs"
+    shutil.rmtree(logs)
+    logs.write_text("")
+    twins = Twins(store, tmp_path)
+
+    for args in [(), ("--tail", "1")]:
+        full, quick = _as_crew(cli, capsys, twins, "logs", twins.run_id, *args)
+        assert full.code == 1
+        _alike(twins, full, quick)

@@ -16,6 +16,7 @@ import os
 
 from crew.fast import people
 from crew.fast.cmdline import Call, Fallback
+from crew.fast.output import formats_apart
 from crew.fast.runfiles import (
     LINE_LIMIT,
     Marker,
@@ -131,18 +132,6 @@ def event(
     record["message"] = message
     record["data"] = data
     return record
-
-
-def formats_apart(value: object) -> bool:
-    """Whether `value` holds a number Python's json writes otherwise than pydantic does (a float
-    under 1e-4: `1e-05` against `0.00001`): the full command writes those, so the bytes agree."""
-    if isinstance(value, float):
-        return 0 < abs(value) < 1e-4
-    if isinstance(value, dict):
-        return any(formats_apart(v) for v in value.values())
-    if isinstance(value, list):
-        return any(formats_apart(v) for v in value)
-    return False
 
 
 def _line(record: dict[str, Any]) -> bytes:

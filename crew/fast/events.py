@@ -12,7 +12,8 @@ import re
 import sys
 
 from crew.fast.cmdline import Call, Fallback
-from crew.fast.runfiles import TASK_ID_PATTERN, open_run, task_option
+from crew.fast.output import formats_apart
+from crew.fast.runfiles import RUN_ID_PATTERN, TASK_ID_PATTERN, open_run, task_option
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN)
 _TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN)
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 
 def events(call: Call) -> int:
@@ -85,13 +87,19 @@ def _event(line: bytes) -> dict[str, Any]:
         raise Fallback  # crew leaves a null field out
     if json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() != line:
         raise Fallback  # not as crew writes it (or a number written otherwise)
+    if formats_apart(event):
+        raise Fallback  # a number pydantic writes otherwise than it was found (`1e-07`)
     seq, end = event.get("seq"), event.get("endSeq")
-    if not (isinstance(seq, int) and seq >= 1 and (end is None or isinstance(end, int))):
+    if not (
+        isinstance(seq, int) and seq >= 1 and (end is None or (isinstance(end, int) and end >= 1))
+    ):
         raise Fallback
     text_fields = (event.get("id"), event.get("runId"), event.get("at"), event.get("type"))
     if not all(isinstance(v, str) for v in text_fields):
         raise Fallback
-    if not _EVENT_ID_RE.match(event["id"]) or not _TIMESTAMP_RE.match(event["at"]):
+    if not _EVENT_ID_RE.match(event["id"]) or not _RUN_ID_RE.match(event["runId"]):
+        raise Fallback
+    if not _TIMESTAMP_RE.match(event["at"]):
         raise Fallback
     if event["type"] not in EVENT_TYPES:
         raise Fallback

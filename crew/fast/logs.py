@@ -92,5 +92,7 @@ def _regular(path: str) -> None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
+    except OSError:  # `logs/` not a folder, unreadable: the full command names what
+        raise Fallback from None
     if not stat.S_ISREG(mode):
         raise Fallback

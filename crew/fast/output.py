@@ -30,3 +30,15 @@ def out(line: str) -> None:
     """A line for people; only crew's own words and validated ids reach it, nothing a
     terminal could obey."""
     sys.stdout.write(line + "\n")
+
+
+def formats_apart(value: object) -> bool:
+    """Whether `value` holds a number Python's json writes otherwise than pydantic does (a float
+    under 1e-4: `1e-05` against `0.00001`): the full command writes those, so the bytes agree."""
+    if isinstance(value, float):
+        return 0 < abs(value) < 1e-4
+    if isinstance(value, dict):
+        return any(formats_apart(v) for v in value.values())
+    if isinstance(value, list):
+        return any(formats_apart(v) for v in value)
+    return False

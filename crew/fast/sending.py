@@ -16,8 +16,8 @@ import sys
 
 from crew.fast import PLAIN_DURATION, answering, people
 from crew.fast.cmdline import Call, Fallback, stdin_text
-from crew.fast.committing import commit, event, formats_apart
-from crew.fast.output import out, print_json
+from crew.fast.committing import commit, event
+from crew.fast.output import formats_apart, out, print_json
 from crew.fast.runfiles import (
     Marker,
     RunFiles,
