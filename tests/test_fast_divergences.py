@@ -70,6 +70,12 @@ def _drop_defaults(task: dict[str, Any]) -> None:
         task.pop(name, None)
 
 
+def _older_tasks(store: RunStore) -> None:
+    """Every task file of the run as an older crew wrote it."""
+    for name in ("plan", "build"):
+        _edit(store.paths.root / "tasks" / f"{name}.json", _drop_defaults)
+
+
 # ------------------------------------------------------------------ a lease unreadable after commit
 
 
@@ -144,8 +150,7 @@ def test_a_cancel_of_tasks_of_an_older_shape_writes_their_defaults(
     # The fast path wrote the task files, and the events' tasks, without the models' defaults.
     store = make_run()
     start(store)
-    for name in ("plan", "build"):
-        _edit(store.paths.root / "tasks" / f"{name}.json", _drop_defaults)
+    _older_tasks(store)
     twins = Twins(store, tmp_path)
 
     full, quick = _as_crew(cli, capsys, twins, "cancel", twins.run_id, *args)
@@ -326,8 +331,7 @@ def test_a_run_of_an_older_shape_is_shown_with_the_models_defaults(
     start(store)
     _alive(store)
     if damage == "tasks":
-        for name in ("plan", "build"):
-            _edit(store.paths.root / "tasks" / f"{name}.json", _drop_defaults)
+        _older_tasks(store)
     else:
         _edit(store.paths.manifest, lambda run: run["config"]["limits"].pop("maxDepth"))
     twins = Twins(store, tmp_path)
