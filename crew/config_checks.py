@@ -103,9 +103,23 @@ def check_file(path: Path) -> Checked:
     except tomllib.TOMLDecodeError as exc:
         return Checked(None, [_toml_problem(exc)])
     except RecursionError:  # arrays or inline tables nested hundreds deep
-        line, key = _deepest_line(text)
-        return Checked(None, [ConfigProblem(key, _TOO_DEEP, line=line)])
-    return check_document(document)
+        return _nested_too_deep(text, Checked(None, [ConfigProblem("", _TOO_DEEP)]))
+    checked = check_document(document)
+    if checked.problems and checked.problems[0].message == _TOO_DEEP:
+        return _nested_too_deep(text, checked)
+    return checked
+
+
+def _nested_too_deep(text: str, otherwise: Checked) -> Checked:
+    """A definition nested too deep, named by the line where its brackets go too deep, whether
+    the parser stopped there or not: it meets its recursion limit sooner from a deeper call
+    stack (typer's), so where it stops says nothing. `otherwise` where no bracket does (the
+    tables of dotted keys nest without them)."""
+    found = _deepest_line(text)
+    if found is None:
+        return otherwise
+    line, key = found
+    return Checked(None, [ConfigProblem(key, _TOO_DEEP, line=line)])
 
 
 def check_document(document: dict[str, Any]) -> Checked:
@@ -423,9 +437,10 @@ def _too_deep(document: Any) -> str | None:
     return None
 
 
-def _deepest_line(text: str) -> tuple[int, str]:
+def _deepest_line(text: str) -> tuple[int, str] | None:
     """Where brackets and braces first nest more than MAX_NESTING deep in TOML text: the line,
-    and the key on it (strings and comments are skipped)."""
+    and the key on it (strings and comments are skipped); None if they never do (the tables
+    of dotted keys nest without them)."""
     depth, line, key = 0, 1, "?"
     quote = ""
     i = 0
@@ -457,4 +472,4 @@ def _deepest_line(text: str) -> tuple[int, str]:
             depth = max(0, depth - 1)
         line += char == "\n"
         i += 1
-    return line, clip(key, 60)
+    return None

@@ -4,6 +4,8 @@ its file, key and fix (exit 2), and `crew run` refuses with the same list, writi
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -398,3 +400,23 @@ def test_a_table_the_schema_refuses_does_not_hide_the_problems_of_the_others(
         "{python})\n"
         "crew: 6 problems in crew.toml.\n"
     )
+
+
+@pytest.mark.parametrize("args", [("validate", "crew.toml"), ("validate", "--home", ".crew")])
+def test_a_path_is_judged_by_reading_it_not_by_its_access_bits(
+    cli: Cli,
+    crew_toml: Callable[[str], Path],
+    home: Home,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+) -> None:
+    # A folder one may enter but not list (mode 0300), a file readable through a group the
+    # check does not count: click's check of the access bits refused what crew, and the fast
+    # path, read (or say why they cannot, in crew's words).
+    home.root.mkdir(exist_ok=True)
+    shutil.copy(crew_toml(VALID), home.root / "crew.toml")
+    monkeypatch.setattr(os, "access", lambda *_, **__: False)
+
+    result = cli(*args)
+
+    assert result.code == 0, result.err

@@ -2440,3 +2440,42 @@ def test_an_add_whose_event_does_not_fit_is_the_librarys_and_made_once(
 
     added = [t for t in store.state().tasks if t.startswith("coder-")]
     assert added == ["coder-1"]
+
+
+@pytest.mark.parametrize("fast_path", ["1", "0"])
+def test_a_command_started_with_its_streams_closed_has_dev_null_for_them(
+    make_run: MakeRun, fast_path: str
+) -> None:
+    # Else the first file crew opens takes the closed stream's number (what is printed lands
+    # in it), and printing raised an internal error.
+    store = make_run()
+    start(store)
+    env = {**os.environ, "CREW_FAST": fast_path}
+    closed = ["sh", "-c", 'exec "$@" <&- >&-', "sh", sys.executable, "-m", "crew"]
+
+    sent = subprocess.run(
+        [*closed, "steer", "latest", "plan", "hi"], capture_output=True, env=env, check=False
+    )
+    refused = subprocess.run(
+        [*closed, "validate", "missing.toml"], capture_output=True, text=True, env=env, check=False
+    )
+
+    assert (sent.returncode, sent.stderr) == (0, b"")
+    assert [m.body for m in store.messages(Box.STEERING)] == ["hi"]
+    assert store.load().clean
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("crew: error: missing.toml: no such file.\n")
+    assert "Traceback" not in refused.stderr
+
+
+def test_a_shell_completing_a_command_line_is_answered_by_the_full_command(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_run()
+    start(store)
+    before = snapshot_files(store.paths.root)
+    monkeypatch.setenv("_CREW_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", "crew steer latest plan hi")
+
+    assert fast.fast(["steer", "latest", "plan", "hi"]) is None
+    assert snapshot_files(store.paths.root) == before

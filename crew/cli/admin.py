@@ -25,6 +25,7 @@ def init(
             help="Create DIR/.crew (default: the current folder, or $CREW_HOME).",
             metavar="DIR",
             show_default=False,
+            readable=False,  # crew says why it cannot read it (the fast path alike)
         ),
     ] = None,
     json: JsonOption = False,
@@ -45,6 +46,7 @@ def validate(
             help="The crew definition to check (default: crew.toml of the crew home).",
             metavar="CREW_TOML",
             show_default=False,
+            readable=False,  # crew says why it cannot read it (the fast path alike)
         ),
     ] = None,
     json: Annotated[

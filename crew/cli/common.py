@@ -24,6 +24,7 @@ HomeOption = Annotated[
         help="The crew home (.crew folder) to use; default: $CREW_HOME, else the nearest .crew.",
         metavar="PATH",
         show_default=False,
+        readable=False,  # crew says why it cannot read it (the fast path alike)
     ),
 ]
 

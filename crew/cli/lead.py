@@ -59,6 +59,7 @@ def run(
             help="The crew definition (default: crew.toml of the crew home).",
             metavar="CREW_TOML",
             show_default=False,
+            readable=False,  # crew says why it cannot read it (the fast path alike)
         ),
     ] = None,
     detach: DetachOption = False,

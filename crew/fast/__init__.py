@@ -63,9 +63,14 @@ RUNNERS: dict[str, tuple[str, str]] = {
 }
 
 
+#: What click's shell completion sets when a shell asks `crew` to complete its command line.
+COMPLETION = "_CREW_COMPLETE"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
+    _stand_in_for_closed_streams()
     code = fast(args)
     if code is None:
         pause_collector()  # until the command begins (crew/cli/__init__.py `_root`)
@@ -75,6 +80,16 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     gc.freeze()  # nothing is left to collect: spare the interpreter's last walk over every object
     sys.exit(code)
+
+
+def _stand_in_for_closed_streams() -> None:
+    """Started with stdin, stdout or stderr closed (`crew status RUN >&-`): /dev/null in its
+    place, as for a reader that went away (crew/render.py `silence_stdout`). Else the first
+    file crew opens would take the stream's number, and what is printed would land in it."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:  # how Python starts with a closed descriptor
+            os.dup2(os.open(os.devnull, os.O_RDWR), fd)  # the lowest free number: fd itself
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
 
 
 def pause_collector() -> None:
@@ -165,6 +180,8 @@ def _left_to_the_full_command() -> bool:
         return True
     if os.environ.get("CREW_FAULT") or os.environ.get("CREW_DEBUG", "").strip().lower() not in _OFF:
         return True  # injected faults and tracebacks are the full command's
+    if COMPLETION in os.environ:
+        return True  # a shell asks the full command (click) to complete a command line
     timeout = os.environ.get("CREW_LOCK_TIMEOUT")
     # The full command checks an unusual one (the fast path never waits for the lock).
     return timeout is not None and not PLAIN_DURATION.fullmatch(timeout)
