@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -138,15 +139,27 @@ class StaleLeader(CrewError, exit_code=ExitCode.REFUSED):
     """A leader found a newer epoch in the manifest: it was taken over and must stop."""
 
 
-def from_os_error(error: OSError) -> StoreError:
+def from_os_error(error: OSError) -> CrewError:
     """An operating-system error (a read-only folder, a full disk, a missing permission) as one
-    sentence that names the file."""
+    sentence that names the file. A link where crew opened a run file (crew opens each one
+    without following a link, and a link makes the open fail with ELOOP) is refused as such."""
+    if error.errno == errno.ELOOP and error.filename is not None:
+        return link_refused(error.filename)
     what = error.strerror or str(error) or type(error).__name__
     where = error.filename if error.filename is not None else "a file of the crew home"
     return StoreError(
         f"{what}: {where}.",
         hint="crew reads and writes its state folder: check its permissions and free space.",
         errno=error.errno,
+    )
+
+
+def link_refused(path: object) -> Refused:
+    """A symbolic link found where crew reads or writes a run's file."""
+    return Refused(
+        f"{path} is a symbolic link, and crew never follows a link inside a run folder.",
+        hint="If you trust it, replace the link with a copy of what it points to; "
+        "otherwise remove it.",
     )
 
 

@@ -257,6 +257,41 @@ def test_a_task_file_that_is_a_link_is_refused_naming_the_link(
     assert twins.portable(quick, twins.fast) == twins.portable(full, twins.full)
 
 
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("events.jsonl", ("events",)),
+        ("mailbox/steering.jsonl", ("mailbox",)),
+        ("mailbox/steering.jsonl", ("status",)),
+        ("mailbox/steering.jsonl", ("steer", "plan", "again", "--idempotency-key", "k")),
+        ("mailbox/outbox.jsonl", ("mailbox", "--json")),
+    ],
+)
+def test_a_log_or_mailbox_file_that_is_a_link_is_refused_naming_the_link(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    args: tuple[str, ...],
+) -> None:
+    # The fast path followed the link (`events`, `mailbox`: exit 0), or its index of pending
+    # messages said "Too many levels of symbolic links" (`status`: exit 1).
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "hello", session=SESSION, idempotency_key="k")
+    path = store.paths.root / name
+    shutil.copy(path, store.paths.root / "copy.jsonl")
+    path.unlink()
+    path.symlink_to(os.path.relpath(store.paths.root / "copy.jsonl", path.parent))
+    twins = Twins(store, tmp_path)
+
+    full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
+
+    assert full.code == 4 and f"{path.name} is a symbolic link" in full.err
+    assert twins.portable(quick, twins.fast) == twins.portable(full, twins.full)
+
+
 # ------------------------------------------------------------ a removal of a run crew did not write
 
 
@@ -471,3 +506,25 @@ def test_logs_of_a_run_whose_logs_folder_is_a_file_name_what_the_full_command_na
         full, quick = _as_crew(cli, capsys, twins, "logs", twins.run_id, *args)
         assert full.code == 1
         _alike(twins, full, quick)
+
+
+def test_a_file_the_fast_path_cannot_read_is_left_to_the_full_command(
+    make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty steering.jsonl of mode 000 (for a user without root's override): the fast
+    # path said "Permission denied", exit 1, where the full command, which needs nothing of
+    # an empty file, printed the status.
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "hello", session=SESSION)
+    denied = str(store.paths.root / "mailbox" / "steering.jsonl")
+    real_open = os.open
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(path) == denied:
+            raise PermissionError(13, "Permission denied", denied)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+    assert fast.fast(["status", store.run_id, "--home", str(store.paths.home.root)]) is None

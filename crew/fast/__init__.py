@@ -162,6 +162,8 @@ def fast(argv: list[str]) -> int | None:
         sys.stderr.write("crew: interrupted\n")
         return 130
     except Exception as error:  # a write that failed after its commit point, a read cut short
+        if isinstance(error, OSError) and error.filename is not None and not runfiles.wrote:
+            return None  # a file it could not read (a link, unreadable): the full command says why
         from crew.errors import CrewError, from_os_error
         from crew.render import error as report
 

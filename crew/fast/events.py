@@ -13,7 +13,13 @@ import sys
 
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import formats_apart
-from crew.fast.runfiles import RUN_ID_PATTERN, TASK_ID_PATTERN, open_run, task_option
+from crew.fast.runfiles import (
+    RUN_ID_PATTERN,
+    TASK_ID_PATTERN,
+    open_run,
+    read_file,
+    task_option,
+)
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -32,13 +38,7 @@ _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 def events(call: Call) -> int:
     task_id = task_option(call)
     files = open_run(call)
-    try:
-        with open(files.events, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        data = b""
-    except OSError:
-        raise Fallback from None
+    data = read_file(files.events)
     if data and not data.endswith(b"\n"):
         raise Fallback  # a write in progress or cut short
     from crew.text import json_safe, terminal_safe  # the standard library only

@@ -9,7 +9,7 @@ import json
 
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import print_json
-from crew.fast.runfiles import BOXES, open_run, task_option
+from crew.fast.runfiles import BOXES, open_run, read_file, task_option
 from crew.fast.status import colored, read_state
 from crew.textviews import terminal_width, write_timeline
 
@@ -79,13 +79,7 @@ def mailbox(call: Call) -> int:
 
 def _lines(path: str) -> list[dict[str, Any]]:
     """Every line of a mailbox file, each one crew wrote (Fallback otherwise)."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return []
-    except OSError:
-        raise Fallback from None
+    data = read_file(path)
     if data and not data.endswith(b"\n"):
         raise Fallback  # cut short: the full command reads around it
     return [checked(raw) for raw in data.splitlines()]

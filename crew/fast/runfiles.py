@@ -287,6 +287,23 @@ class Marker:
 _boot: list[str | None] = []
 
 
+def read_file(path: str, *, at: int = 0) -> bytes:
+    """A run file's bytes from offset `at` on; none if it is missing. Fallback if it is a link
+    (crew never follows one: the full command says so) or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b""
+    except OSError:
+        raise Fallback from None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            handle.seek(at)
+            return handle.read()
+    except OSError:
+        raise Fallback from None
+
+
 def boot_id() -> str | None:
     """crew/store/files.py `boot_id`: None where the system does not say (then the fast path
     never finds a marker clean, since every file would need an fsync)."""

@@ -24,6 +24,7 @@ from crew.fast.runfiles import (
     RunLock,
     is_task_id,
     open_run,
+    read_file,
 )
 from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
@@ -229,9 +230,7 @@ def _read_on(path: str, state: dict[str, Any], offset: int) -> tuple[dict[str, A
     crew/models.py writes it: its fields in order), and the offset after them."""
     from crew.fast.mailbox import as_written, checked, merged
 
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
+    data = read_file(path, at=offset)
     whole = data.rfind(b"\n") + 1
     needle = b'"id":"%s"' % state["id"].encode()
     found = data.find(needle, 0, whole)
@@ -331,9 +330,7 @@ def _replayed(
     key on, taking only that message's lines: a retry comes soon after its first try."""
     from crew.fast.mailbox import as_written, checked, merged
 
-    with open(path, "rb") as handle:
-        handle.seek(at)
-        data = handle.read()
+    data = read_file(path, at=at)
     data = data[: data.rfind(b"\n") + 1]  # a line being written is not yet the message's
     needle = b'"id":"%s"' % message_id.encode()
     state: dict[str, Any] | None = None

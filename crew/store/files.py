@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from crew import env
-from crew.errors import Refused
+from crew.errors import Refused, link_refused
 
 #: Files are created 0644 and folders 0755 minus the umask: never group- or world-writable.
 FILE_MODE = 0o644
@@ -118,14 +118,6 @@ def refuse_link(path: Path) -> None:
     """Refused if `path` is a symbolic link (for files opened by a library, e.g. the lock)."""
     if path.is_symlink():
         raise link_refused(path)
-
-
-def link_refused(path: Path) -> Refused:
-    return Refused(
-        f"{path} is a symbolic link, and crew never follows a link inside a run folder.",
-        hint="If you trust it, replace the link with a copy of what it points to; "
-        "otherwise remove it.",
-    )
 
 
 def refuse_writable_by_others(folder: Path) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from crew.errors import Corrupt, Refused
+from crew.errors import Corrupt, Refused, link_refused
 from crew.models import STATE_VERSION, Run, RunAdapter, Task, TaskList
 from crew.paths import RunPaths
 from crew.store import snapshot
-from crew.store.files import fsync_derived, link_refused, make_dirs, read_bytes
+from crew.store.files import fsync_derived, make_dirs, read_bytes
 from crew.store.taskfiles import read_task_snapshots
 
 _TASK = TypeAdapter(Task)
