@@ -293,6 +293,8 @@ def schema_data() -> str:
 #: patterns, bounds) is the models' to check, and would triple what every command parses.
 _SHAPE_KEYS = frozenset(
     {"$defs", "$ref", "properties", "anyOf", "enum", "type", "items", "additionalProperties"}
+    | {"pattern", "minLength", "maxLength", "minItems", "maxItems"}
+    | {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 )
 
 

@@ -40,7 +40,11 @@ from crew.store.runstore import RunStore
 
 MakeRun = Callable[..., RunStore]
 _IDS = re.compile(rb"(msg|evt)_[0-9a-f]{16}")
-_TIMES = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+#: A timestamp (as crew writes it, or in the name of a file set aside), or a time ago as the
+#: text views write it (`43ms ago`: the two twins' commands run a few milliseconds apart).
+_TIMES = re.compile(
+    rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z|\d{8}T\d{6}\.\d{6}Z|\b\d+(?:\.\d+)?(?:ms|s) ago"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -89,14 +93,14 @@ class Twins:
         )
 
     def same_files(self) -> None:
-        tasks = [
-            f"tasks/{p.name}"
-            for p in (self.full / "state" / "runs" / self.run_id / "tasks").iterdir()
-        ]
-        assert tasks
+        runs = [home / "state" / "runs" / self.run_id for home in (self.full, self.fast)]
+        tasks = [{_normal(p.name.encode()): p for p in (r / "tasks").iterdir()} for r in runs]
+        assert tasks[0] and sorted(tasks[0]) == sorted(tasks[1])  # a file set aside: its time
+        for named in tasks[0]:
+            assert _normal(tasks[0][named].read_bytes()) == _normal(tasks[1][named].read_bytes())
         boxes = ("mailbox/inbox.jsonl", "mailbox/steering.jsonl")
-        for name in ("events.jsonl", "manifest.json", *boxes, *tasks):
-            a, b = (home / "state" / "runs" / self.run_id / name for home in (self.full, self.fast))
+        for name in ("events.jsonl", "manifest.json", *boxes):
+            a, b = (run / name for run in runs)
             assert _normal(a.read_bytes() if a.exists() else b"") == _normal(
                 b.read_bytes() if b.exists() else b""
             ), name

@@ -10,6 +10,7 @@ import json
 from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import print_json
 from crew.fast.runfiles import BOXES, open_run, read_file, task_option
+from crew.fast.shapes import as_crew_writes
 from crew.fast.status import colored, read_state
 from crew.textviews import terminal_width, write_timeline
 
@@ -17,25 +18,13 @@ TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from typing import Any
 
-#: crew/models.py MailboxMessage's fields as written, in order, and those every line has.
+#: crew/models.py MailboxMessage's fields as written, in order.
 MESSAGE_FIELDS = (
     "id", "direction", "kind", "from", "to", "taskId", "body", "status", "priority", "sentAt",
     "deliveredAt", "acknowledgedAt", "reason", "data",
 )  # fmt: skip
-REQUIRED = frozenset(MESSAGE_FIELDS[:10])
-#: crew/models.py MailboxChange's fields, and those of a message a change may name
-#: (crew/models.py CHANGEABLE).
-CHANGE_FIELDS = (
-    "id",
-    "kind",
-    "taskId",
-    "status",
-    "deliveredAt",
-    "acknowledgedAt",
-    "reason",
-    "data",
-)
-CHANGEABLE = CHANGE_FIELDS[4:]
+#: The fields of a message a change may name (crew/models.py CHANGEABLE).
+CHANGEABLE = ("deliveredAt", "acknowledgedAt", "reason", "data")
 #: crew/registry.py MessageStatus.
 MESSAGE_STATUSES = ("pending", "delivered", "acknowledged", "rejected")
 #: crew/registry.py REDIRECTING_DECISIONS: a decision that is also one about its `focus`.
@@ -88,13 +77,10 @@ def _lines(path: str) -> list[dict[str, Any]]:
 def checked(raw: bytes) -> dict[str, Any]:
     """A mailbox line as crew writes it: a whole message, or a change (Fallback otherwise)."""
     line = json.loads(raw)
-    if not isinstance(line, dict) or line.get("status") not in MESSAGE_STATUSES:
-        raise Fallback
-    fields = MESSAGE_FIELDS if "body" in line else CHANGE_FIELDS
-    if [k for k in fields if k in line] != list(line):  # unknown or out of order
-        raise Fallback
-    if "body" in line and not line.keys() >= REQUIRED:
-        raise Fallback
+    if not isinstance(line, dict) or not as_crew_writes(
+        line, "message" if "body" in line else "change"
+    ):
+        raise Fallback  # the full command skips a line no crew wrote
     return line
 
 

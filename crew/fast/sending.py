@@ -26,6 +26,7 @@ from crew.fast.runfiles import (
     open_run,
     read_file,
 )
+from crew.fast.shapes import as_crew_writes
 from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
 
@@ -370,6 +371,8 @@ def _admitted(
     question an answer closes is crew/fast/answering.py's to check)."""
     run = read_run(files)
     task = files.read_task(run, task_id)
+    if not (as_crew_writes(run, "manifest") and as_crew_writes(task, "task")):
+        raise Fallback  # edited by hand: the full command reads the state the log says
     if run.get("ownerSessionId") != who.name:
         raise Fallback
     if run.get("status") != "running" or task.get("status") not in verb.allowed:

@@ -43,8 +43,6 @@ def status(call: Call) -> int:
         raise Fallback
     document = _document(files, run, tasks, pending, lease)
     if "--json" in call.options:
-        if not as_written(run, tasks):
-            raise Fallback
         print_json(document)
     else:
         write_status(document, color=color, width=terminal_width())
@@ -72,9 +70,14 @@ def colored(call: Call) -> bool:
 
 
 def read_state(files: RunFiles) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """manifest.json and the tasks, in crew.toml order."""
+    """manifest.json and the tasks, in crew.toml order, each as the models write it (else the
+    full command reads them: it warns of what they hold that no crew wrote, and shows the
+    state the event log says)."""
     run = read_run(files)
-    return run, files.read_tasks(run)
+    tasks = files.read_tasks(run)
+    if not as_written(run, tasks):
+        raise Fallback
+    return run, tasks
 
 
 def read_run(files: RunFiles) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from crew.fast.cmdline import Call, Fallback
 from crew.fast.output import out, print_json
 from crew.fast.runfiles import open_run, task_option
 from crew.fast.sending import LIVE
-from crew.fast.shapes import as_crew_writes
 from crew.fast.status import TERMINAL_RUN_STATUSES, read_state
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -35,8 +34,6 @@ def wait(call: Call) -> int:
         raise Fallback  # not yet (the full command waits), or never (it says why)
     code = _exit_code(until, run, matching, task_id)
     if "--json" in call.options:
-        if not all(as_crew_writes(task, "task") for task in matching):
-            raise Fallback  # printed as the models write them (crew/fast/shapes.py)
         print_json({"runId": files.run_id, "for": until, "tasks": matching})
         return code
     for task in matching:
