@@ -651,3 +651,27 @@ def test_a_mailbox_line_edited_in_place_so_no_crew_wrote_it_is_the_full_commands
     full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
 
     _alike(twins, full, quick)
+
+
+@pytest.mark.parametrize("verb", ["steer", "follow-up", "nudge"])
+def test_a_send_under_the_key_a_task_was_added_under_is_refused(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    verb: str,
+) -> None:
+    # Keys share one namespace per run: an add under a key a message carries is refused, and
+    # a message under a key a task was added under was sent, both ways.
+    store = make_run()
+    start(store)
+    verbs.add_task(store, agent="coder", prompt="more", session=SESSION, idempotency_key="k")
+    twins = Twins(store, tmp_path)
+
+    body = () if verb == "nudge" else ("hello",)
+    args = (verb, twins.run_id, "plan", *body, "--idempotency-key", "k")
+    full, quick = _as_crew(cli, capsys, twins, *args)
+
+    assert full.code == 4
+    assert "Idempotency key 'k' was already used to add task coder-" in full.err
+    _alike(twins, full, quick)

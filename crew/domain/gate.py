@@ -257,6 +257,12 @@ def replay(txn: Txn, key: str, verb: Verb, task_id: str, body: str) -> MailboxMe
     request (None if the key is new); a different request under the same key is refused."""
     prior = mailbox.with_key(txn, key)
     if prior is None:
+        added = next((t for t in txn.state.task_list() if t.idempotency_key == key), None)
+        if added is not None:  # keys share one namespace per run (crew/domain/adding.py)
+            raise Refused(
+                f"Idempotency key {key!r} was already used to add task {added.id}.",
+                hint="Use a new key for a new message.",
+            )
         return None
     # A secret answer is not kept, so a retry of one cannot be compared: its key decides.
     same_body = prior.body == body or bool((prior.data or {}).get(MessageData.SECRET))

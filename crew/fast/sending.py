@@ -29,6 +29,7 @@ from crew.fast.runfiles import (
 from crew.fast.shapes import as_crew_writes
 from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
+from crew.store.taskfiles import task_ids
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ def send(call: Call) -> int:
         run, task = _admitted(files, verb, task_id, who, body)
         lease = people.lease(files, float(run["config"]["crew"]["leaderStaleAfter"]))
         prior = _carried(keys, key) if key is not None else None
+        if key is not None and prior is None and _added_under(files, run, key):
+            raise Fallback  # the full command refuses a key a task was added under
         index.current(save=False)
         waiting = sum(n for kind, n in index.counts(task_id).items() if kind in verb.pressure)
         if prior is not None:  # a replay writes nothing, the key index included (SPEC §5)
@@ -320,6 +323,16 @@ def _carried(keys: list[KeyIndex], key: str) -> tuple[str, str, int] | None:
         if found is not None:
             return (index.mailbox, *found)
     return None
+
+
+def _added_under(files: RunFiles, run: dict[str, Any], key: str) -> bool:
+    """Whether a task was added under `key` (keys share one namespace per run: crew/domain/
+    gate.py `replay`). Only an added task may carry one, so only theirs are read."""
+    found = task_ids(files.root)
+    if found is None:
+        raise Fallback
+    added = found - {task["id"] for task in run["config"]["tasks"]}
+    return any(files.read_task(run, task_id).get("idempotencyKey") == key for task_id in added)
 
 
 def _replayed(
