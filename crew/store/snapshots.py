@@ -79,7 +79,7 @@ class Snapshots:
             broken.extend(
                 (self.paths.task_file(t.id), "missing")
                 for t in run.config.tasks
-                if t.id not in found
+                if t.id not in tasks  # a file there but unreadable is said so, once
             )
         return run, (list(found.values()) if not broken else None), broken
 
