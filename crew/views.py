@@ -28,6 +28,7 @@ from crew.results.reading import (
     StatusReport,
     Timeline,
 )
+from crew.store.jsonl import BadLine
 from crew.store.runstore import RunStore
 from crew.text import counts
 
@@ -130,9 +131,10 @@ def mailbox_view(
     if task is not None:
         state.task(task)  # NotFound for a task the run does not have
     views: list[MessageView] = []
+    skipped: list[BadLine] = []
     for each in [box] if box is not None else list(Box):
         histories: dict[str, list[MailboxMessage]] = {}
-        for line in store.history(each):
+        for line in store.history(each, skipped):
             histories.setdefault(line.id, []).append(line)
         for history in histories.values():
             latest = history[-1]
@@ -144,7 +146,7 @@ def mailbox_view(
     _attach_decisions(views)
     order = {task_id: index for index, task_id in enumerate(state.tasks)}
     views.sort(key=lambda v: (order.get(v.message.task_id, len(order)), v.message.sent_at))
-    return Timeline(views)
+    return Timeline(views, skipped=[bad.describe() for bad in skipped])
 
 
 def _status_changes(history: list[MailboxMessage]) -> list[MailboxMessage]:

@@ -639,17 +639,22 @@ def test_a_mailbox_line_edited_in_place_so_no_crew_wrote_it_is_the_full_commands
     args: tuple[str, ...],
 ) -> None:
     # Of the same size, so the marker still says the files are clean: the fast path showed
-    # the message, which the full command leaves out (its line is not one the models read).
+    # the message, which the full command leaves out (its line is not one the models read),
+    # saying so as `crew events` says it of a line it skips.
     store = make_run()
     start(store)
     _alive(store)
     verbs.steer(store, "plan", "hello", session=SESSION)
     box = store.paths.root / "mailbox" / "steering.jsonl"
-    box.write_bytes(box.read_bytes().replace(b'"priority":"normal"', b'"priority":"Normal"'))
+    edited = box.read_bytes().replace(b'"priority":"high"', b'"priority":"High"')
+    assert len(edited) == box.stat().st_size and edited != box.read_bytes()
+    box.write_bytes(edited)
     twins = Twins(store, tmp_path)
 
     full, quick = _as_crew(cli, capsys, twins, args[0], twins.run_id, *args[1:])
 
+    assert "hello" not in full.out
+    assert f"crew: warning: skipped {box}:1: message.priority: Input should be" in full.err
     _alike(twins, full, quick)
 
 

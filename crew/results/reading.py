@@ -133,6 +133,11 @@ class Timeline(Result):
     """`crew mailbox`: per task, each message in the order sent, and what became of it."""
 
     messages: list[MessageView]
+    #: The lines of the mailbox files no message was read from (as `crew events` says of its).
+    skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> list[dict[str, Any]]:
         return [view.to_json() for view in self.messages]
+
+    def warnings(self) -> list[str]:
+        return [f"skipped {where}" for where in self.skipped]

@@ -75,9 +75,15 @@ def states(lines: Iterable[Line]) -> list[MailboxMessage]:
     return [m for line in lines if (m := merger.take(line)) is not None]
 
 
-def read(path: Path, *, end: int | None = None) -> list[Line]:
-    """Every valid line of a mailbox file (its first `end` bytes, when given), tolerantly."""
-    return [r.root for r in jsonl.read(path, MailboxLine, end=end).records]
+def read(
+    path: Path, *, end: int | None = None, skipped: list[jsonl.BadLine] | None = None
+) -> list[Line]:
+    """Every valid line of a mailbox file (its first `end` bytes, when given), tolerantly; the
+    lines it skipped added to `skipped`, when given."""
+    result = jsonl.read(path, MailboxLine, end=end)
+    if skipped is not None:
+        skipped.extend(result.bad)
+    return [r.root for r in result.records]
 
 
 def tail(path: Path, count: int) -> list[Line]:
@@ -85,9 +91,10 @@ def tail(path: Path, count: int) -> list[Line]:
     return [r.root for r in jsonl.tail_records(path, MailboxLine, count)]
 
 
-def history(path: Path) -> list[MailboxMessage]:
-    """Each line of a mailbox file as the state it leaves its message in: its whole life."""
-    return states(read(path))
+def history(path: Path, skipped: list[jsonl.BadLine] | None = None) -> list[MailboxMessage]:
+    """Each line of a mailbox file as the state it leaves its message in: its whole life (the
+    lines it skipped added to `skipped`, when given)."""
+    return states(read(path, skipped=skipped))
 
 
 class Follower:

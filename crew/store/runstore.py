@@ -193,10 +193,10 @@ class RunStore:
         except (OSError, ValueError):
             return None
 
-    def history(self, box: Box) -> list[MailboxMessage]:
+    def history(self, box: Box, skipped: list[jsonl.BadLine] | None = None) -> list[MailboxMessage]:
         """Every line of a mailbox file as the state it leaves its message in: each change of
-        each message, in order."""
-        return mailfile.history(self.paths.box(box))
+        each message, in order (the lines it skipped added to `skipped`, when given)."""
+        return mailfile.history(self.paths.box(box), skipped)
 
     # ---------------------------------------------------------------- writing
 
