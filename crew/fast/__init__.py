@@ -89,7 +89,9 @@ def _stand_in_for_closed_streams() -> None:
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         if getattr(sys, name) is None:  # how Python starts with a closed descriptor
             os.dup2(os.open(os.devnull, os.O_RDWR), fd)  # the lowest free number: fd itself
-            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+            mode = "r" if fd == 0 else "w"
+            stream = open(fd, mode, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
 
 
 def pause_collector() -> None:
