@@ -562,66 +562,40 @@ _READS = [
 ]
 
 
+def _edited(name: str, edit: Callable[[dict[str, Any]], object]) -> Callable[[RunStore], None]:
+    return lambda store: _edit(store.paths.root / name, edit)
+
+
+def _surrogate_in_error(store: RunStore) -> None:
+    """The task's `error` holding a lone surrogate: Python's json reads `\\udcff`, pydantic
+    takes it for invalid JSON."""
+    path = store.paths.root / "tasks" / "plan.json"
+    path.write_text(_surrogate(json.loads(path.read_bytes()), "error"))
+
+
+_DAMAGES: dict[str, Callable[[RunStore], None]] = {
+    **{f"manifest.json, {k}": _edited("manifest.json", e) for k, e in _MANIFEST_EDITS.items()},
+    **{f"tasks/plan.json, {k}": _edited("tasks/plan.json", e) for k, e in _TASK_EDITS.items()},
+    "tasks/plan.json, a lone surrogate": _surrogate_in_error,
+}
+
+
 @pytest.mark.parametrize("args", [*_READS, ("steer", "plan", "hi")])
-@pytest.mark.parametrize("edit", _MANIFEST_EDITS, ids=str)
-def test_a_manifest_edited_so_no_crew_wrote_it_is_the_full_commands(
+@pytest.mark.parametrize("damage", _DAMAGES, ids=str)
+def test_a_file_edited_so_no_crew_wrote_it_is_the_full_commands(
     make_run: MakeRun,
     cli: Callable[..., CliResult],
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
-    edit: str,
+    damage: str,
     args: tuple[str, ...],
 ) -> None:
     # The fast path printed (or went by) the values as found, where the full command warns
-    # that the manifest is unreadable and shows the state the event log says.
+    # that the file is unreadable and shows the state the event log says.
     store = make_run()
     start(store)
     _alive(store)  # no warning of a leader gone: the fast path would print the status
-    _edit(store.paths.manifest, _MANIFEST_EDITS[edit])
-    twins = Twins(store, tmp_path)
-
-    run = () if args[0] == "runs" else (twins.run_id,)
-    full, quick = _as_crew(cli, capsys, twins, args[0], *run, *args[1:])
-
-    _alike(twins, full, quick)
-
-
-@pytest.mark.parametrize("args", [*_READS, ("steer", "plan", "hi")])
-@pytest.mark.parametrize("edit", _TASK_EDITS, ids=str)
-def test_a_task_file_edited_so_no_crew_wrote_it_is_the_full_commands(
-    make_run: MakeRun,
-    cli: Callable[..., CliResult],
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    edit: str,
-    args: tuple[str, ...],
-) -> None:
-    store = make_run()
-    start(store)
-    _alive(store)
-    _edit(store.paths.root / "tasks" / "plan.json", _TASK_EDITS[edit])
-    twins = Twins(store, tmp_path)
-
-    run = () if args[0] == "runs" else (twins.run_id,)
-    full, quick = _as_crew(cli, capsys, twins, args[0], *run, *args[1:])
-
-    _alike(twins, full, quick)
-
-
-@pytest.mark.parametrize("args", [("status",), ("runs", "--json"), ("steer", "plan", "hi")])
-def test_a_lone_surrogate_in_a_task_file_is_the_full_commands(
-    make_run: MakeRun,
-    cli: Callable[..., CliResult],
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    args: tuple[str, ...],
-) -> None:
-    # Python's json reads `\udcff`; pydantic takes it for invalid JSON.
-    store = make_run()
-    start(store)
-    _alive(store)
-    path = store.paths.root / "tasks" / "plan.json"
-    path.write_text(_surrogate(json.loads(path.read_bytes()), "error"))
+    _DAMAGES[damage](store)
     twins = Twins(store, tmp_path)
 
     run = () if args[0] == "runs" else (twins.run_id,)
