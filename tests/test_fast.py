@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -1740,6 +1741,26 @@ def test_a_lock_busy_past_a_moment_or_a_raised_hand_is_the_full_commands(
     _refused(store, "steer", "latest", "plan", "x")
 
 
+@pytest.mark.parametrize(("timeout", "waited"), [("0", 0.0), ("50ms", 0.05), ("1m", None)])
+def test_a_lock_timeout_shorter_than_a_moment_ends_the_fast_paths_wait(
+    make_run: MakeRun,
+    monkeypatch: pytest.MonkeyPatch,
+    timeout: str,
+    waited: float | None,
+) -> None:
+    # CREW_LOCK_TIMEOUT=0: the fast path tried again for 0.25 s, and took a lock the full
+    # command would have timed out on.
+    store = make_run()
+    start(store)
+    clock = _Clock()
+    monkeypatch.setattr(runfiles, "time", clock)
+    monkeypatch.setenv("CREW_LOCK_TIMEOUT", timeout)
+    with store.lock():
+        _refused(store, "steer", "latest", "plan", "x")
+    expected = runfiles.HAND_AFTER if waited is None else waited
+    assert expected <= clock.now < expected + 2 * runfiles.POLL_INTERVAL
+
+
 def test_a_lock_let_go_within_a_moment_is_taken_by_the_fast_path(
     make_run: MakeRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1877,9 +1898,9 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     from crew.errors import ExitCode
 
     assert (sending.TIMED_OUT, sending.REFUSED) == (ExitCode.TIMEOUT, ExitCode.REFUSED)
-    assert sending.UNIT_SECONDS.items() <= clock._UNIT_SECONDS.items()
-    assert set(sending.UNIT_SECONDS) == set(
-        fast.PLAIN_DURATION.pattern.split("(")[-1][:-2].split("|")
+    assert cmdline._UNIT_SECONDS.items() <= clock._UNIT_SECONDS.items()
+    assert set(cmdline._UNIT_SECONDS) == set(
+        cmdline.PLAIN_DURATION.pattern.split("(")[-1][:-2].split("|")
     )
     assert __import__("crew.store.pending").store.pending.IDEMPOTENCY_KEY == (
         registry.MessageData.IDEMPOTENCY_KEY
@@ -2483,3 +2504,21 @@ def test_a_shell_completing_a_command_line_is_answered_by_the_full_command(
 
     assert fast.fast(["steer", "latest", "plan", "hi"]) is None
     assert snapshot_files(store.paths.root) == before
+
+
+def test_a_lock_file_is_made_under_the_umask_both_ways(make_run: MakeRun) -> None:
+    # filelock set the mode it was given despite the umask (0644 under 077), where the fast
+    # path's open made it under the umask (0600), as crew makes every file (SPEC §2).
+    store = make_run()
+    lock = store.paths.root / ".lock"
+    old = os.umask(0o077)
+    try:
+        lock.unlink(missing_ok=True)
+        with store.lock():
+            by_the_library = stat.S_IMODE(lock.stat().st_mode)
+        lock.unlink(missing_ok=True)
+        with runfiles.RunLock(str(store.paths.root)):
+            by_the_fast_path = stat.S_IMODE(lock.stat().st_mode)
+    finally:
+        os.umask(old)
+    assert by_the_library == by_the_fast_path == 0o600

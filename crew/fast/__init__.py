@@ -22,19 +22,15 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import re
 import sys
 
 from crew.fast import no_plugins, runfiles
-from crew.fast.cmdline import Call, Fallback, parse
+from crew.fast.cmdline import PLAIN_DURATION, Call, Fallback, parse
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-#: A duration crew/clock.py `parse_duration` surely takes (CREW_LOCK_TIMEOUT, a send's --timeout);
-#: any other is checked by the full command.
-PLAIN_DURATION = re.compile(r"(\d{1,6}(\.\d{1,6})?)(ms|s|m)?")
 #: Values of CREW_FAST that turn the fast path off (crew/env.py's switch values).
 _OFF = frozenset({"", "0", "false", "no", "off"})
 

@@ -18,7 +18,7 @@ import stat
 import time
 import zlib
 
-from crew.fast.cmdline import Call, Fallback
+from crew.fast.cmdline import Call, Fallback, plain_seconds
 from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
@@ -351,7 +351,7 @@ class RunLock:
                 return self
             except BlockingIOError:
                 now = time.monotonic()
-                deadline = deadline or now + HAND_AFTER
+                deadline = deadline or now + min(HAND_AFTER, _lock_timeout())
                 if now >= deadline:
                     break
                 time.sleep(POLL_INTERVAL)
@@ -362,6 +362,16 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self._fd)  # closing the descriptor releases the flock
+
+
+def _lock_timeout() -> float:
+    """$CREW_LOCK_TIMEOUT in seconds, as crew/store/lock.py reads it (the fast path takes only a
+    plain one: crew/fast `_left_to_the_full_command`); infinity when unset. A wait for the lock
+    shorter than HAND_AFTER ends with it, and the full command times out as it says."""
+    raw = os.environ.get("CREW_LOCK_TIMEOUT")
+    if raw is None:
+        return float("inf")
+    return plain_seconds(raw)
 
 
 def open_append(path: str) -> int:

@@ -14,8 +14,8 @@ import contextlib
 import os
 import sys
 
-from crew.fast import PLAIN_DURATION, answering, people
-from crew.fast.cmdline import Call, Fallback, stdin_text
+from crew.fast import answering, people
+from crew.fast.cmdline import PLAIN_DURATION, Call, Fallback, plain_seconds, stdin_text
 from crew.fast.committing import commit, event
 from crew.fast.output import formats_apart, out, print_json
 from crew.fast.runfiles import (
@@ -139,8 +139,6 @@ def send(call: Call) -> int:
 
 #: crew/errors.py exit codes of a wait that fails: it timed out, or the message was rejected.
 TIMED_OUT, REFUSED = 3, 4
-#: crew/clock.py's units of a duration the fast path takes (PLAIN_DURATION).
-UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
 class Waited:
@@ -251,9 +249,7 @@ def _seconds(text: str | None) -> float | None:
     """A --timeout the fast path takes (PLAIN_DURATION), in seconds."""
     if text is None:
         return None
-    match = PLAIN_DURATION.fullmatch(text)
-    assert match is not None  # checked before anything was written
-    return float(match.group(1)) * UNIT_SECONDS[match.group(3) or "s"]
+    return plain_seconds(text)  # checked before anything was written
 
 
 def _still(message: dict[str, Any], until: str, timeout: float) -> str:

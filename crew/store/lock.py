@@ -82,6 +82,8 @@ def _lock_for(path: Path) -> filelock.FileLock:
     with _locks_guard:
         lock = _locks.get(path)
         if lock is None:
+            # The mode filelock sets on a lock file it makes (despite the umask): `locked`
+            # makes the file first, as crew makes its files, so filelock does only in a race.
             lock = _locks[path] = filelock.FileLock(path, mode=FILE_MODE)
         return lock
 
@@ -105,6 +107,8 @@ def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     a thread that has `patience` and asks for the default timeout)."""
     wait = lock_timeout() if timeout is None else timeout
     refuse_link(path)  # filelock would open (and truncate) what a link points to
+    if not os.path.exists(path):  # made as crew makes its files: under the umask (SPEC §2)
+        os.close(open_fd(path, os.O_WRONLY | os.O_CREAT))
     on_busy = getattr(_patience, "on_busy", None) if timeout is None else None
     lock = _lock_for(path)
     _acquire(lock, path, wait, on_busy)
