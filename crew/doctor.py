@@ -85,7 +85,7 @@ def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Findi
     if repair:
         store.apply_recovery(recovery)  # and the marker, for files the checks rewrote
         for finding in state_findings:
-            finding.repaired = True
+            finding.repaired = finding.repairable
     findings.extend(state_findings)
     findings.extend(_duplicate_seqs(store.paths, run_id, events))
     run = recovery.state.run
@@ -166,6 +166,17 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
                 run_id,
                 "the task files or manifest.json disagree with the state events.jsonl describes",
                 path=store.paths.tasks_dir,
+            )
+        )
+    lost = recovery.history_missing
+    if lost is not None:
+        findings.append(
+            Finding(
+                run_id,
+                f"{lost}: some of the run's history is missing, and no command may change the "
+                f"run (`crew rerun {run_id}` starts its tasks again in a new run)",
+                path=store.paths.events,
+                repairable=False,
             )
         )
     for box, missing in recovery.gaps.items():

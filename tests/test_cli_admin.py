@@ -115,6 +115,34 @@ def test_doctor_finds_repairs_and_then_finds_nothing(cli: Cli, make_run: MakeRun
     assert len(list(store.paths.root.glob("manifest.json.corrupt-*"))) == 1
 
 
+def test_doctor_finds_the_temp_files_of_every_folder_crew_writes_one_in(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    # A repair rewrites a mailbox file through a temp file beside it, and a task's spare is
+    # filled in .runtime/tasks/: a writer killed there left files doctor never reported.
+    store = make_run()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(gone.stdout)
+    store.paths.task_twins_dir.mkdir(parents=True, exist_ok=True)
+    temps = [
+        store.paths.mailbox_dir / f".steering.jsonl.{pid}.0a1b2c3d.tmp",
+        store.paths.task_twins_dir / f".plan.json.{pid}.0a1b2c3d.tmp",
+    ]
+    for temp in temps:
+        temp.write_text("{")
+    named_so = store.paths.root / f".folder.{pid}.0a1b2c3d.tmp"
+    named_so.mkdir()  # no temp file crew wrote: left alone
+
+    found = cli("doctor", store.run_id)
+    assert found.code == 1
+    assert [line for line in found.out.splitlines() if "leftover temp file" in line] == [
+        f"{temp}: leftover temp file of an interrupted write" for temp in sorted(temps)
+    ]
+    assert cli("doctor", store.run_id, "--repair").code == 0
+    assert not any(temp.exists() for temp in temps) and named_so.is_dir()
+    assert cli("doctor", store.run_id).code == 0
+
+
 def test_doctor_json_lists_findings_with_file_and_line(cli: Cli, make_run: MakeRun) -> None:
     store = make_run()
     with store.paths.events.open("ab") as handle:

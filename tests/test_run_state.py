@@ -6,9 +6,11 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SESSION, snapshot_files
+from test_verbs import start
 
 from crew import ids, verbs
 from crew.domain import change, mailbox, tasks
@@ -474,3 +476,34 @@ def test_a_reader_that_comes_in_the_middle_of_a_write_waits_for_it_without_a_ful
 
     assert not thread.is_alive() and found and found[0].clean  # type: ignore[attr-defined]
     assert full_checks == []
+
+
+@pytest.mark.parametrize("loss", ["removed", "emptied", "cut short"])
+def test_a_run_whose_history_is_lost_is_shown_but_never_changed(
+    make_run: MakeRun, cli: Callable[..., Any], loss: str
+) -> None:
+    # A send started the log again at seq 1, over the events the snapshots reflect, and
+    # `crew doctor` called the run clean.
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "first", session=SESSION)
+    lines = store.paths.events.read_bytes().splitlines(keepends=True)
+    if loss == "removed":
+        store.paths.events.unlink()
+    else:
+        store.paths.events.write_bytes(b"" if loss == "emptied" else b"".join(lines[:-1]))
+    before = snapshot_files(store.paths.root)
+
+    shown = cli("status", store.run_id)
+    refused = cli("steer", store.run_id, "plan", "again")
+    found = cli("doctor", store.run_id)
+    repaired = cli("doctor", store.run_id, "--repair")
+
+    assert shown.code == 0 and "some history is missing" in shown.out  # its warnings
+    assert refused.code == 1 and refused.out == ""
+    assert refused.err.startswith(f"crew: error: Run {store.run_id} cannot be changed: events")
+    assert "so a new event would be numbered over lost ones." in refused.err
+    assert found.code == repaired.code == 1
+    assert "some of the run's history is missing" in found.out
+    assert "[repaired]" not in repaired.out
+    assert snapshot_files(store.paths.root) == before  # nothing written, repaired or not

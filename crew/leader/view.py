@@ -83,7 +83,7 @@ class RunView:
         a crash or a person damaged (a mailbox file cut short) are repaired the same way.
         """
         recovery = self.store.load()
-        if not recovery.clean and recovery.history_gap is None:
+        if not recovery.clean and recovery.history_missing is None:
             with self.change():  # waits for the writer holding the lock
                 pass
         else:

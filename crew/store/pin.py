@@ -18,7 +18,9 @@ from pathlib import Path
 
 from crew.paths import RunPaths
 from crew.registry import Box
+from crew.store import marker
 from crew.store.files import open_fd
+from crew.store.marker import Applied
 from crew.store.snapshots import Snapshots
 
 #: How much of the end of each log a pin keeps, to tell that it was not rewritten.
@@ -43,6 +45,8 @@ class Pin:
     #: That older run's tasks.json (None: missing, or not needed).
     legacy: bytes | None
     _logs: dict[Path, _Log]
+    #: What `.runtime/applied` said (None: missing or torn): the last seq the snapshots reflect.
+    applied: Applied | None = None
 
     def end(self, path: Path) -> int | None:
         """How many bytes of a log to read (None: the file is not pinned, read it all)."""
@@ -57,7 +61,7 @@ def take(paths: RunPaths) -> Pin:
     for path in (paths.events, *(paths.box(box) for box in Box)):
         log = _look(path)
         logs[path] = log if log is not None else _Log(0, 0, b"")
-    return Pin(manifest, tasks, legacy, logs)
+    return Pin(manifest, tasks, legacy, logs, marker.read(paths))
 
 
 def holds(pin: Pin) -> bool:

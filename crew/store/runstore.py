@@ -120,7 +120,7 @@ class RunStore:
         return (
             recovery.full
             and not (recovery.broken or recovery.mismatch or recovery.gaps or recovery.cut)
-            and recovery.history_gap is None
+            and recovery.history_missing is None
             and all(
                 self.checkpoint(c.task_id) == c for c in checkpoints_in(recovery.unapplied).values()
             )
@@ -218,6 +218,7 @@ class RunStore:
             raise NotFound(f"Run {self.run_id} has no state files at {self.paths.root}.")
         with self.lock():
             recovery = self.recover()
+            recovery.check_changeable(self.run_id)
             repairs = self.apply_recovery(recovery)
             if epoch is not None and recovery.state.run.leader_epoch != epoch:
                 raise StaleLeader(
@@ -319,41 +320,40 @@ class RunStore:
         events_end = pin.end(self.paths.events) if pin is not None else None
         end = eventlog.tail(self.paths.events, end=events_end)
         last_seq, cut = end.last_seq, end.cut
-        applied = marker.read(self.paths)
+        applied = marker.read(self.paths) if pin is None else pin.applied  # as the logs' ends
         run, tasks, broken = self._read_snapshots(pin)
-        if run is not None and tasks is not None and applied is not None and not full:
-            state = RunState(run, ordered(run, tasks))
+        shown = (
+            RunState(run, ordered(run, tasks)) if run is not None and tasks is not None else None
+        )
+        if shown is not None and applied is not None and not full:
             if (
                 applied.seq == last_seq
                 and applied.boot == boot_id()
                 and applied.sizes == marker.mailbox_sizes(self.paths)
             ):
-                return Recovery(state, last_seq, cut=cut)
+                return Recovery(shown, last_seq, cut=cut)
             if applied.seq < last_seq:
                 unapplied = eventlog.after(self.paths.events, applied.seq)
                 for event in unapplied:
-                    apply_event(state, event)
-                return Recovery(state, last_seq, unapplied=unapplied, cut=cut)
+                    apply_event(shown, event)
+                return Recovery(shown, last_seq, unapplied=unapplied, cut=cut)
             if applied.seq > last_seq:
-                return Recovery(state, last_seq, history_gap=applied.seq, cut=cut)
-        # No trustworthy marker (missing, torn, or of another boot: a power cut may have lost
-        # what was not fsynced), unreadable snapshots, or a mailbox file changed outside a
-        # transaction: check everything against the whole log.
+                return Recovery(shown, last_seq, history_gap=applied.seq, cut=cut)
+        gap = applied.seq if applied is not None and applied.seq > last_seq else None
+        # No trustworthy marker (missing, torn, of another boot: a power cut may have lost what
+        # was not fsynced), unreadable snapshots, or a mailbox file changed: check it all.
         rebuilt = rebuild(events := self._whole_transactions(read, events_end))
         if rebuilt is None:
-            if run is not None and tasks is not None:
-                return Recovery(RunState(run, ordered(run, tasks)), last_seq, full=True, cut=cut)
+            if shown is not None:  # every run's log begins with its record: this one is lost
+                return Recovery(shown, last_seq, full=True, cut=cut, history_lost=True)
             raise Corrupt(
                 f"Run {self.run_id} has no readable state: its snapshots are "
                 f"{'unreadable' if broken else 'missing'} and events.jsonl holds no run record.",
                 hint=f"Look at {self.paths.root}; `crew doctor` lists what is damaged.",
             )
-        mismatch = False
-        if run is not None and tasks is not None:
-            snapshot_state = RunState(run, ordered(run, tasks))
-            mismatch = not same_state(snapshot_state, rebuilt)
-            if not mismatch:
-                rebuilt = snapshot_state  # identical, and it keeps the volatile fields
+        mismatch = shown is not None and not same_state(shown, rebuilt)
+        if shown is not None and not mismatch:
+            rebuilt = shown  # identical, and it keeps the volatile fields
         return Recovery(
             rebuilt,
             last_seq,
@@ -361,6 +361,7 @@ class RunStore:
             full=True,
             broken=broken,
             mismatch=mismatch,
+            history_gap=gap,
             cut=cut,
             gaps=mailbox_repair.gaps(self.paths, events, pin, read.mail if read else None),
         )
@@ -416,8 +417,9 @@ class RunStore:
         return Recovery(state.copy(), applied.seq)
 
     def apply_recovery(self, recovery: Recovery) -> list[str]:
-        """Under the lock: make the files reflect the recovered state. Returns what was repaired."""
-        if recovery.clean:
+        """Under the lock: make the files reflect the recovered state. Returns what was repaired
+        (nothing with history missing: marked applied, events would be numbered over it)."""
+        if recovery.clean or recovery.history_missing is not None:
             return []
         repairs: list[str] = []
         if recovery.cut:  # first: the next append must not follow half a transaction
@@ -453,12 +455,14 @@ class RunStore:
         return repairs
 
     def temp_folders(self) -> tuple[Path, ...]:
-        """Where atomic writes put their temp files."""
+        """Where atomic writes put their temp files (a mailbox file's: a repair rewriting it)."""
         return (
             self.paths.root,
             self.paths.tasks_dir,
             self.paths.checkpoints_dir,
             self.paths.runtime_dir,
+            self.paths.mailbox_dir,
+            self.paths.task_twins_dir,
         )
 
     def _read_snapshots(

@@ -146,6 +146,8 @@ def leftovers(*folders: Path) -> list[Path]:
             name = entry.name
             if not (name.startswith(".") and name.endswith(".tmp")):
                 continue
+            if not entry.is_file(follow_symlinks=False):
+                continue  # a folder or a link so named is no temp file crew wrote
             writer = name.removesuffix(".tmp").rsplit(".", 2)[-2:-1]
             pid = int(writer[0]) if writer and writer[0].isdigit() else None
             if pid is None or (pid != os.getpid() and not is_alive(pid)):

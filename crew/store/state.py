@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crew.errors import NotFound
+from crew.errors import Corrupt, NotFound
 from crew.models import Checkpoint, Event, MailboxChange, MailboxMessage, Run, Task
 from crew.registry import Box, TaskStatus
 
@@ -92,6 +92,8 @@ class Recovery:
     mismatch: bool = False
     #: Set when events.jsonl ends before the last seq the snapshots reflect.
     history_gap: int | None = None
+    #: Set when events.jsonl holds no record of the run its snapshots show (gone, emptied).
+    history_lost: bool = False
     #: The events of a transaction cut short at the end of the log (not part of the history).
     cut: list[Event] = field(default_factory=list)
     #: After a full check: message versions the events record that a mailbox file lacks.
@@ -105,8 +107,33 @@ class Recovery:
             or self.broken
             or self.mismatch
             or self.history_gap
+            or self.history_lost
             or self.cut
         )
+
+    @property
+    def history_missing(self) -> str | None:
+        """What of the event log is gone, if the snapshots show more than it holds: then no
+        event may be written (it would be numbered over the lost ones), and nothing repairs it."""
+        if self.history_lost:
+            return "events.jsonl holds no record of the run its snapshots show (removed, emptied)"
+        if self.history_gap is not None:
+            return (
+                f"events.jsonl ends at seq {self.last_seq} but the snapshots reflect seq "
+                f"{self.history_gap}"
+            )
+        return None
+
+    def check_changeable(self, run_id: str) -> None:
+        """Corrupt if the run may not be changed: some of its history is missing."""
+        missing = self.history_missing
+        if missing is not None:
+            raise Corrupt(
+                f"Run {run_id} cannot be changed: {missing}, so a new event would be numbered "
+                "over lost ones.",
+                hint=f"Its state can still be read (`crew status {run_id}`); "
+                f"`crew rerun {run_id}` starts its tasks again in a new run.",
+            )
 
     def warnings(self) -> list[str]:
         notes = [
@@ -135,11 +162,9 @@ class Recovery:
                 f"events.jsonl ends with {describe_cut(self.cut)} (a write was interrupted); it "
                 "is not part of the run, and the next command that changes the run sets it aside"
             )
-        if self.history_gap is not None:
-            notes.append(
-                f"events.jsonl ends at seq {self.last_seq} but the snapshots reflect seq "
-                f"{self.history_gap}: some history is missing"
-            )
+        lost = self.history_missing
+        if lost is not None:
+            notes.append(f"{lost}: some history is missing")
         return notes
 
 
