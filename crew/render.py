@@ -62,13 +62,16 @@ def emit(result: Result, *, json: bool) -> int:
         warn(warning)
     for note in result.notes():
         say(note)
-    if json or SETTINGS.jq is not None:
-        print_json(result.to_json(), compact=result.json_line)
-    elif SETTINGS.quiet:
-        for line in result.quiet_lines():
-            _out(line)
-    else:
-        _TEXT_VIEWS[type(result).__name__](result)
+    try:
+        if json or SETTINGS.jq is not None:
+            print_json(result.to_json(), compact=result.json_line)
+        elif SETTINGS.quiet:
+            for line in result.quiet_lines():
+                _out(line)
+        else:
+            _TEXT_VIEWS[type(result).__name__](result)
+    except BrokenPipeError:  # a reader gone (`crew steer RUN T x --wait | head -0`)
+        silence_stdout()  # the result stands: a message sent, a wait timed out
     failure = result.failure()
     if failure is not None:
         error(failure)

@@ -2522,3 +2522,41 @@ def test_a_lock_file_is_made_under_the_umask_both_ways(make_run: MakeRun) -> Non
     finally:
         os.umask(old)
     assert by_the_library == by_the_fast_path == 0o600
+
+
+def _broken_stdout(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The command with stdout a pipe whose reader has gone (`crew … | head -0`)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "crew", *args],
+            stdout=write, stderr=subprocess.PIPE, text=True, env=env, check=False, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("fast_path", ["1", "0"])
+def test_a_reader_gone_leaves_the_commands_exit_code_as_it_was(
+    make_run: MakeRun, fast_path: str
+) -> None:
+    # The full command exited 1 (click caught the broken pipe before crew could), and the
+    # fast path turned a wait that timed out (3) into 0.
+    store = make_run()
+    start(store)
+    env = {**os.environ, "CREW_FAST": fast_path}
+    waited = ["steer", "latest", "plan", "w", "--wait", "--timeout", "100ms"]
+    intact = subprocess.run(
+        [sys.executable, "-m", "crew", *waited], capture_output=True, env=env, check=False
+    )
+
+    sent = _broken_stdout(["steer", "latest", "plan", "hi"], env)
+    timed_out = _broken_stdout([*waited[:3], "w2", *waited[4:]], env)
+    shown = _broken_stdout(["events", "latest"], env)
+
+    assert (sent.returncode, sent.stderr) == (0, "")
+    assert intact.returncode == timed_out.returncode == 3
+    assert "crew: error: " in timed_out.stderr and "Traceback" not in timed_out.stderr
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert [m.body for m in store.messages(Box.STEERING)] == ["w", "hi", "w2"]

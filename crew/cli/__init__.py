@@ -6,9 +6,11 @@ other seventeen commands (their modules, signatures and option types). `--help` 
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -71,6 +73,25 @@ def _root(
     resume_collector()  # the command begins: its start-up is over (crew/fast `main`)
 
 
+def _reader_may_go(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The command, done when the reader of its output has gone (`crew events | head`): what
+    is left to print goes nowhere, and it exits 0 (click, which would catch the broken pipe
+    first, exits 1). A command that prints a result keeps the result's exit code
+    (crew/render.py `emit`)."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BrokenPipeError:
+            from crew.render import silence_stdout
+
+            silence_stdout()
+            return 0
+
+    return run
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The typer app with every command, or with just `only` (the one about to run)."""
     app = typer.Typer(
@@ -85,7 +106,7 @@ def build_app(only: str | None = None) -> typer.Typer:
     app.callback()(_root)
     for name, (module, function) in COMMANDS.items():
         if only is None or name == only:
-            command = getattr(importlib.import_module(module), function)
+            command = _reader_may_go(getattr(importlib.import_module(module), function))
             alias_of = ALIASES.get(name)
             if alias_of is None:
                 app.command(name)(command)

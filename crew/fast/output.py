@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 #: crew/text.py: characters a terminal might obey, escaped in JSON output.
 RAW_IN_JSON_PATTERN = r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 _RAW_IN_JSON_RE = re.compile(RAW_IN_JSON_PATTERN)
+
+
+@contextlib.contextmanager
+def reader_may_go() -> Iterator[None]:
+    """Printing a result whose exit code stands if the reader has gone (`crew steer … | head
+    -0`): what is left to print goes nowhere (crew/render.py `emit`, `silence_stdout`)."""
+    try:
+        yield
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def print_json(data: Any) -> None:

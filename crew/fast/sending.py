@@ -17,7 +17,7 @@ import sys
 from crew.fast import answering, people
 from crew.fast.cmdline import PLAIN_DURATION, Call, Fallback, plain_seconds, stdin_text
 from crew.fast.committing import commit, event
-from crew.fast.output import formats_apart, out, print_json
+from crew.fast.output import formats_apart, out, print_json, reader_may_go
 from crew.fast.runfiles import (
     Marker,
     RunFiles,
@@ -123,12 +123,14 @@ def send(call: Call) -> int:
         with contextlib.suppress(BadLine):  # a cache: the next reader folds what this one did not
             index.current()  # the pending index, saved with the line just written
     if "--wait" not in call.options and "--wait-ack" not in call.options:
-        _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed)
+        with reader_may_go():
+            _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed)
         return 0
     until = "acknowledged" if "--wait-ack" in call.options else "delivered"
     message, failure = _waited(files, verb.box, (message, at), until, call.options)
     waited = Waited(until, failure)
-    _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed, waited=waited)
+    with reader_may_go():  # the wait's outcome stands (crew/render.py `emit`)
+        _print(call, run["runId"], verb, message, waiting, lease, replayed=replayed, waited=waited)
     if failure is None:
         return 0
     from crew.text import terminal_safe
