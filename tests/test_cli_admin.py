@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CliResult, snapshot_files
+from conftest import SESSION, CliResult, snapshot_files
 from leaders import eventually
+from test_verbs import start
 
+from crew import verbs
 from crew.domain import change, tasks
 from crew.paths import Home
 from crew.registry import Box, TaskStatus
@@ -140,6 +143,21 @@ def test_doctor_finds_the_temp_files_of_every_folder_crew_writes_one_in(
     ]
     assert cli("doctor", store.run_id, "--repair").code == 0
     assert not any(temp.exists() for temp in temps) and named_so.is_dir()
+    assert cli("doctor", store.run_id).code == 0
+
+
+def test_doctor_repairs_a_run_whose_mailbox_folder_is_gone(cli: Cli, make_run: MakeRun) -> None:
+    # The examination said to repair; the repair stopped at "No such file or directory".
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "hello", session=SESSION)
+    shutil.rmtree(store.paths.mailbox_dir)
+
+    assert cli("doctor", store.run_id).code == 1
+    repaired = cli("doctor", store.run_id, "--repair")
+
+    assert repaired.code == 0, repaired.err
+    assert [m.body for m in store.messages(Box.STEERING)] == ["hello"]
     assert cli("doctor", store.run_id).code == 0
 
 

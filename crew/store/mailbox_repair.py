@@ -9,7 +9,7 @@ from crew.models import Event, MailboxMessage
 from crew.paths import RunPaths
 from crew.registry import Box, MessageStatus
 from crew.store import jsonl, mailfile
-from crew.store.files import fsync_derived
+from crew.store.files import fsync_derived, make_dirs
 from crew.store.pin import Pin
 from crew.store.state import messages_by_box
 
@@ -60,6 +60,7 @@ def reapply_tail(paths: RunPaths, events: list[Event]) -> list[str]:
         done = _applied_prefix([p.to_line() for p in present], [e.to_line() for e in expected])
         missing = expected[done:]
         if missing:
+            make_dirs(path.parent)  # a mailbox/ folder removed: made again, as at the run's start
             jsonl.append(path, [m.to_line() for m in missing], durable=fsync_derived())
             repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
     return repairs
@@ -70,6 +71,7 @@ def rewrite_gaps(paths: RunPaths, missing_by_box: dict[Box, list[MailboxMessage]
     repairs: list[str] = []
     for box, missing in missing_by_box.items():
         path = paths.box(box)
+        make_dirs(path.parent)
         jsonl.append(path, [m.to_line() for m in missing], durable=fsync_derived())
         repairs.append(f"re-wrote {len(missing)} line(s) of {path.name}")
     return repairs
