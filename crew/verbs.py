@@ -18,7 +18,8 @@ from crew.domain.gate import FOLLOW_UP, NUDGE, RESPOND, STEER, Verb
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import Refused, UsageError
 from crew.models import MailboxMessage, Run, Task
-from crew.procs import DEFAULT_GRACE, stop_workers
+from crew.procs import DEFAULT_GRACE
+from crew.procs.stopping import stop_workers
 from crew.registry import (
     LEADER,
     LIVE_TASK_STATUSES,

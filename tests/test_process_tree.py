@@ -19,8 +19,9 @@ from crew import verbs
 from crew.leader import spawn
 from crew.leader.spawn import Launch
 from crew.paths import Home
-from crew.procs import cgroup, is_alive, is_worker, tree
+from crew.procs import cgroup, is_alive, tree
 from crew.procs.cgroup import Cgroup, CgroupHome, cgroup_path
+from crew.procs.stopping import is_worker
 from crew.registry import TaskStatus
 
 #: A child in a session of its own, still carrying the worker's environment.

@@ -176,7 +176,7 @@ def _stopper() -> Any:
     workers of the tasks it ended. Imported before the commit: a live leader that sees the
     cancel stops those workers too, and the few milliseconds of the import after it let the
     leader be first, and this command report its workers as already gone."""
-    from crew.procs import stop_workers
+    from crew.procs.stopping import stop_workers
 
     return stop_workers
 

@@ -11,7 +11,8 @@ from crew.domain import gate, runs, tasks
 from crew.domain.lease import LeaseState, new_lease, read_lease, refuse_if_led, write_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import LeaderInfo
-from crew.procs import Stopped, stop_workers
+from crew.procs import Stopped
+from crew.procs.stopping import stop_workers
 from crew.registry import LIVE_TASK_STATUSES, EventType, RunStatus
 from crew.session import Actor, as_actor
 from crew.store import snapshot
