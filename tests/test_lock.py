@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from crew.errors import CrewTimeout, Refused
+from crew.procs.liveness import started
 from crew.store.lock import locked
 
 #: Takes the lock file named by argv[1] with filelock, without waiting: prints taken or busy.
@@ -165,3 +166,25 @@ def test_a_link_where_the_lock_file_is_is_refused_and_not_followed(tmp_path: Pat
     with pytest.raises(Refused, match="symbolic link"), locked(path):
         pass
     assert target.read_text() == "keep me\n"
+
+
+def test_a_hand_whose_pid_another_process_took_since_is_taken_down(tmp_path: Path) -> None:
+    # A waiter killed with its hand up left the hand; a process that later got its pid kept
+    # it "alive", and every writer waited its whole timeout for a free lock.
+    path = _lock_file(tmp_path)
+    hand = tmp_path / ".next.lock"
+    other = subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE, text=True)
+    try:
+        start = started(other.pid)
+        assert start is not None
+        hand.write_text(f"{other.pid}:1:{start}")  # its waiter lives: its turn comes first
+        with pytest.raises(CrewTimeout), locked(path, timeout=0.05):
+            pass
+        hand.write_text(f"{other.pid}:1:{start + 1}")  # a later process with the waiter's pid
+        with locked(path, timeout=0.05):
+            assert not hand.exists()
+        hand.write_text(f"{other.pid}:1")  # an older crew's hand: its pid alone decides
+        with pytest.raises(CrewTimeout), locked(path, timeout=0.05):
+            pass
+    finally:
+        other.communicate("\n", timeout=60)

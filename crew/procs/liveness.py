@@ -21,6 +21,16 @@ def stat_fields(pid: int) -> list[bytes] | None:
         return None
 
 
+def started(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (None if it is gone): with its pid,
+    what tells it from a later process the kernel gave the same pid."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
 def parent_of(pid: int) -> int | None:
     """The parent's pid (None if the process is gone)."""
     fields = stat_fields(pid)

@@ -26,6 +26,7 @@ from crew import env
 from crew.clock import parse_duration
 from crew.errors import CrewTimeout, StoreError, UsageError
 from crew.procs import is_alive
+from crew.procs.liveness import started
 from crew.store.files import FILE_MODE, open_fd, open_read, read_bytes, refuse_link
 from crew.text import clip
 
@@ -183,21 +184,21 @@ class _Hand:
 
     @property
     def token(self) -> bytes:
-        return f"{os.getpid()}:{threading.get_ident()}".encode()
+        """Who raised it: the pid, the thread, and when the process started."""
+        return f"{os.getpid()}:{threading.get_ident()}:{started(os.getpid())}".encode()
 
     def other_up(self) -> bool:
         """Whether a live waiter other than this one has its hand up."""
         try:
             with open_read(self.path) as handle:
-                token = handle.read(64)
+                token = handle.read(96)
         except FileNotFoundError:
             self.mine = False
             return False
         if token == self.token:
             return False
         self.mine = False
-        pid = token.partition(b":")[0]
-        if pid.isdigit() and (int(pid) == os.getpid() or is_alive(int(pid))):
+        if _raised_by_the_living(token):
             return True
         self.path.unlink(missing_ok=True)  # its waiter is gone
         return False
@@ -221,3 +222,19 @@ class _Hand:
             with contextlib.suppress(OSError):
                 if read_bytes(self.path) == self.token:
                     self.path.unlink()
+
+
+def _raised_by_the_living(token: bytes) -> bool:
+    """Whether the hand's waiter lives: its pid is a live process that started when the waiter
+    did (a waiter killed with its hand up leaves the hand, and the kernel may give its pid to
+    another process, which would keep every writer waiting). A hand of an older crew names no
+    start: its pid alone decides."""
+    pid, _, rest = token.partition(b":")
+    start = rest.partition(b":")[2]
+    if not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return True
+    if not is_alive(int(pid)):
+        return False
+    return not start.isdigit() or started(int(pid)) == int(start)
