@@ -161,6 +161,21 @@ def test_doctor_repairs_a_run_whose_mailbox_folder_is_gone(cli: Cli, make_run: M
     assert cli("doctor", store.run_id).code == 0
 
 
+@pytest.mark.parametrize("command", [("doctor",), ("status",), ("events",)])
+def test_a_folder_where_the_event_log_is_is_named(
+    cli: Cli, make_run: MakeRun, command: tuple[str, ...]
+) -> None:
+    # doctor said "Is a directory: a file of the crew home." (its pin read the folder's end).
+    store = make_run()
+    store.paths.events.unlink()
+    store.paths.events.mkdir()
+
+    result = cli(*command, store.run_id)
+
+    assert result.code == 1
+    assert result.err.startswith(f"crew: error: Is a directory: {store.paths.events}.\n")
+
+
 def test_doctor_json_lists_findings_with_file_and_line(cli: Cli, make_run: MakeRun) -> None:
     store = make_run()
     with store.paths.events.open("ab") as handle:

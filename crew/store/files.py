@@ -102,6 +102,8 @@ def open_read(path: Path) -> BinaryIO:
     """A file opened for reading, never through a symbolic link."""
     fd = open_fd(path, os.O_RDONLY)
     try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # else its first read fails, naming no file
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         return os.fdopen(fd, "rb")
     except OSError as exc:  # a folder where a file should be: name the path, not the fd
         os.close(fd)

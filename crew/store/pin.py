@@ -19,7 +19,7 @@ from pathlib import Path
 from crew.paths import RunPaths
 from crew.registry import Box
 from crew.store import marker
-from crew.store.files import open_fd
+from crew.store.files import open_read
 from crew.store.marker import Applied
 from crew.store.snapshots import Snapshots
 
@@ -79,15 +79,13 @@ def _look(path: Path, size: int | None = None) -> _Log | None:
     """A log's size, inode and the block before `size` (its end if None); None if missing or
     shorter than `size`."""
     try:
-        fd = open_fd(path, os.O_RDONLY)
+        handle = open_read(path)  # a folder in its place is named
     except FileNotFoundError:
         return None
-    try:
-        stat = os.fstat(fd)
+    with handle:
+        stat = os.fstat(handle.fileno())
         end = stat.st_size if size is None else size
         if stat.st_size < end:
             return None
         start = max(0, end - _CHECKED)
-        return _Log(end, stat.st_ino, os.pread(fd, end - start, start))
-    finally:
-        os.close(fd)
+        return _Log(end, stat.st_ino, os.pread(handle.fileno(), end - start, start))
