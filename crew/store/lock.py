@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,10 +25,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from crew import env
 from crew.clock import parse_duration
-from crew.errors import CrewTimeout, StoreError, UsageError
+from crew.errors import CrewTimeout, StoreError, UsageError, link_refused
 from crew.procs import is_alive
 from crew.procs.liveness import started
-from crew.store.files import FILE_MODE, open_fd, open_read, read_bytes, refuse_link
+from crew.store.files import FILE_MODE, open_fd, open_read, read_bytes
 from crew.text import clip
 
 if TYPE_CHECKING:
@@ -107,8 +108,10 @@ def locked(path: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock at `path` for the block; CrewTimeout if it stays busy (never, in
     a thread that has `patience` and asks for the default timeout)."""
     wait = lock_timeout() if timeout is None else timeout
-    refuse_link(path)  # filelock would open (and truncate) what a link points to
-    if not os.path.exists(path):  # made as crew makes its files: under the umask (SPEC §2)
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):  # filelock would open (and truncate) its target
+            raise link_refused(path)
+    except FileNotFoundError:  # made as crew makes its files: under the umask (SPEC §2)
         os.close(open_fd(path, os.O_WRONLY | os.O_CREAT))
     on_busy = getattr(_patience, "on_busy", None) if timeout is None else None
     lock = _lock_for(path)
