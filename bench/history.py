@@ -69,6 +69,7 @@ def _run_with_history(root: Path, events: int) -> RunStore:
     home.root.mkdir(parents=True)
     store = create_run(home, parse_config(CONFIG), crew_dir=root, session="bench@host")
     _post_mailbox(store)
+    tasks = len(store.load().state.tasks)  # the appends below add none
     first = jsonl.last_record(store.paths.events, Event)
     assert first is not None
     seq = first.seq
@@ -93,7 +94,7 @@ def _run_with_history(root: Path, events: int) -> RunStore:
                 handle.write(b"".join(batch))
                 batch.clear()
         handle.write(b"".join(batch))
-    store.write_applied(seq)  # the marker, as a transaction writes it
+    store.write_applied(seq, tasks=tasks)  # the marker, as a transaction writes it
     return store
 
 

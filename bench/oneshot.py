@@ -115,6 +115,7 @@ def _history(template: dict[str, Any], count: int) -> bytes:
 def _fill(store: RunStore, messages: int) -> None:
     """Bring each mailbox file to `messages` messages (appended under the run lock)."""
     with store.lock():
+        tasks = len(store.recover().state.tasks)  # the appends below add none
         for box in (Box.STEERING, Box.INBOX, Box.OUTBOX):
             path = store.paths.box(box)
             held = read_box(path)
@@ -123,7 +124,7 @@ def _fill(store: RunStore, messages: int) -> None:
                 handle.write(_history(template, messages - len(held)))
         # The files now hold what a long run leaves: a marker that says so, as every
         # transaction's would (without it, every command would check the run from scratch).
-        store.write_applied(eventlog.tail(store.paths.events).last_seq)
+        store.write_applied(eventlog.tail(store.paths.events).last_seq, tasks=tasks)
 
 
 def _new_key(argv: list[str]) -> None:

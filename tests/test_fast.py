@@ -1702,6 +1702,35 @@ def test_a_marker_of_another_boot_is_the_full_commands(
     _refused(store, "runs")
 
 
+def test_a_marker_that_does_not_count_the_tasks_is_trusted_and_counted_by_the_next_library_write(
+    make_run: MakeRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What the crew before the count wrote (format 2): the fast path keeps it as it found it,
+    # since a send reads one task only; the library's writer, holding the state, counts them.
+    from dataclasses import replace
+
+    from crew.store import marker
+
+    store = make_run()
+    start(store)
+    _alive(store)
+    written = marker.read(store.paths)
+    assert written is not None and written.tasks == len(store.state().tasks)
+    marker.write(store.paths, replace(written, tasks=None))
+    assert store.paths.applied.read_bytes().startswith(b"2 ")
+
+    home = str(store.paths.home.root)
+    assert fast.fast(["steer", store.run_id, "plan", "x", "--home", home]) == 0
+    assert store.paths.applied.read_bytes().startswith(b"2 ")
+    assert RunStore(store.paths).load().clean
+    capsys.readouterr()
+
+    verbs.steer(RunStore(store.paths), "plan", "y", session=SESSION)
+    counted = marker.read(store.paths)
+    assert counted is not None and counted.tasks == len(store.state().tasks)
+    assert fast.fast(["status", store.run_id, "--json", "--home", home]) == 0
+
+
 def test_a_run_the_full_command_would_show_unreadable_sends_runs_to_it(make_run: MakeRun) -> None:
     store = make_run()
     make_run()
@@ -1884,6 +1913,7 @@ def test_the_constants_are_those_of_the_definitions_they_mirror() -> None:
     from crew.store import marker as store_marker
 
     assert runfiles.MARKER_FORMAT == store_marker._FORMAT
+    assert runfiles.UNCOUNTED_FORMAT == store_marker._UNCOUNTED
     assert runfiles.BOOT_ID_FILE == store_files._BOOT_ID_FILE
     assert runfiles.BOOT_ID_WIDTH == store_files.BOOT_ID_WIDTH
     assert runfiles.boot_id() == store_files.boot_id()

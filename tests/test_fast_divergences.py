@@ -604,6 +604,47 @@ def test_a_file_edited_so_no_crew_wrote_it_is_the_full_commands(
     _alike(twins, full, quick)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [*_READS, ("mailbox",), ("add", "again", "--agent", "coder"), ("steer", "plan", "hi")],
+)
+def test_an_added_task_whose_file_was_deleted_is_shown_and_its_id_never_taken_again(
+    make_run: MakeRun,
+    cli: Callable[..., CliResult],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    args: tuple[str, ...],
+) -> None:
+    # Nothing but the log names an added task, and the marker said the files were clean: both
+    # ways the task was left out as if never added, and `crew add` gave its id to a new task.
+    store = make_run()
+    start(store)
+    _alive(store)
+    added = verbs.add_task(store, agent="coder", prompt="more", session=SESSION).task
+    (store.paths.root / "tasks" / f"{added.id}.json").unlink()
+    twins = Twins(store, tmp_path)
+    folder = twins.full / "state" / "runs" / twins.run_id / "tasks"
+    before = set(os.listdir(folder))
+
+    run = () if args[0] == "runs" else (twins.run_id,)
+    full, quick = _as_crew(cli, capsys, twins, args[0], *run, *args[1:])
+
+    _alike(twins, full, quick)
+    assert full.code == 0
+    made = set(os.listdir(folder)) - before
+    if args[0] == "add":  # a writer rebuilds the file first, then adds under a new id
+        assert added.id not in full.out
+        assert made == {f"{added.id}.json", f"{added.id[:-1]}2.json"}
+    elif args[0] == "steer":  # so does any writer
+        assert made == {f"{added.id}.json"}
+    else:  # a reader shows the task and says what is wrong
+        assert not made
+        if args[0] in {"status", "runs"}:
+            assert "disagree with events.jsonl" in full.err + full.out
+        if args[0] == "status":
+            assert added.id in full.out
+
+
 @pytest.mark.parametrize("args", [("mailbox",), ("mailbox", "--json")])
 def test_a_mailbox_line_edited_in_place_so_no_crew_wrote_it_is_the_full_commands(
     make_run: MakeRun,

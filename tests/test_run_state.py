@@ -464,6 +464,7 @@ def test_a_reader_that_comes_in_the_middle_of_a_write_waits_for_it_without_a_ful
     )
     reader = RunStore(store.paths)
     found: list[object] = []
+    count = len(store.state().tasks)
     with store.lock():  # a writer, half-way: its mailbox line is there, the marker not yet
         (sent,) = store.messages(Box.STEERING)
         extra = sent.model_copy(update={"id": ids.new_message_id(), "body": "mid-write"})
@@ -471,7 +472,8 @@ def test_a_reader_that_comes_in_the_middle_of_a_write_waits_for_it_without_a_ful
         thread = threading.Thread(target=lambda: found.append(reader.load()))
         thread.start()
         thread.join(timeout=0.5)  # it waits for the lock (a reader that does not is caught below)
-        store.write_applied(eventlog.tail(store.paths.events).last_seq)  # the write ends
+        last = eventlog.tail(store.paths.events).last_seq
+        store.write_applied(last, tasks=count)  # the write ends
     thread.join(timeout=30)
 
     assert not thread.is_alive() and found and found[0].clean  # type: ignore[attr-defined]

@@ -86,7 +86,7 @@ def add(call: Call, prompt: str) -> int:
         data = {**who.stamp(), "task": task}
         queued = event(marker.seq + 1, run["runId"], at, QUEUED, said, data, task_id)
         lease = people.lease(files, float(config["crew"]["leaderStaleAfter"]))  # may hand on
-        commit(files, marker, [queued], tasks=[task])
+        commit(files, marker, [queued], tasks=[task], added=1)
     _print(call, run["runId"], task, lease.state)
     return 0
 

@@ -70,10 +70,12 @@ def commit(
     mail: tuple[str, dict[str, Any]] | None = None,
     tasks: list[dict[str, Any]] | None = None,
     run: dict[str, Any] | None = None,
+    added: int = 0,
 ) -> int | None:
     """Write `events` (numbered from the marker's seq on), then the line of `mail` (its mailbox
-    file's name and the message), the snapshots of `tasks` and manifest.json (`run`), each if
-    given, then the marker. Returns where the mailbox line begins (None without one)."""
+    file's name and the message), the snapshots of `tasks` (`added` of them new) and
+    manifest.json (`run`), each if given, then the marker. Returns where the mailbox line
+    begins (None without one)."""
     if formats_apart(events):
         raise Fallback
     last = events[-1]["seq"]  # framed (crew/store/eventlog.py): a write cut short is told apart
@@ -97,7 +99,7 @@ def commit(
                 files.write_task(task)
             if run is not None:
                 files.write_manifest(run)
-            files.write_marker(marker, events[-1]["seq"], events_size, ends)
+            files.write_marker(marker, events[-1]["seq"], events_size, ends, added=added)
         except OSError as error:
             from crew.store.txn import committed_error
 

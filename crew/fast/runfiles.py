@@ -19,7 +19,7 @@ import time
 import zlib
 
 from crew.fast.cmdline import Call, Fallback, plain_seconds
-from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots
+from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots, task_ids
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -38,7 +38,9 @@ LINE_LIMIT = 1024 * 1024
 OFF = frozenset({"", "0", "false", "no", "off"})
 #: The folders of a run that must not be links (crew/store/runstore.py `_check_folders`).
 FOLDERS = ("tasks", "mailbox", "logs", "checkpoints", ".runtime")
-MARKER_FORMAT = b"2"
+MARKER_FORMAT = b"3"
+#: crew/store/marker.py `_UNCOUNTED`: the format before the task count, read and kept.
+UNCOUNTED_FORMAT = b"2"
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_WIDTH = 36
 #: crew/store/lock.py's: how often a busy lock is tried again, and how long a waiter waits
@@ -162,14 +164,21 @@ class RunFiles:
 
     def clean(self) -> Marker:
         """What the applied marker says, when the files reflect the whole event log: the marker
-        was written in this boot, and events.jsonl and the mailbox files are the sizes it
-        names (crew/store/runstore.py's clean check). Fallback when recovery is the full
-        path's."""
+        was written in this boot, events.jsonl and the mailbox files are the sizes it names,
+        and the tasks folder holds as many snapshots as it counts (crew/store/runstore.py's
+        clean check). Fallback when recovery is the full path's."""
         marker = self._marker()
         if marker.boot != boot_id() or _size(self.events) != marker.events_size:
             raise Fallback
         if self.mailbox_sizes() != marker.sizes:
             raise Fallback
+        if marker.tasks is not None:
+            try:
+                found = task_ids(self.root)
+            except OSError:  # a link, an unreadable folder: the full command names it
+                raise Fallback from None
+            if found is not None and len(found) != marker.tasks:
+                raise Fallback  # a task file deleted or put there: the log says which
         return marker
 
     def mailbox_sizes(self) -> tuple[int, ...]:
@@ -185,15 +194,19 @@ class RunFiles:
             raw = os.read(fd, 256)
         finally:
             os.close(fd)
-        fields, _, check = raw.strip().rpartition(b" ")
+        fields, _, check = raw.partition(b"\n")[0].rpartition(b" ")
         parts = fields.split(b" ")
-        if len(parts) != 5 + len(BOXES) or parts[0] != MARKER_FORMAT:
+        counted = parts[0] == MARKER_FORMAT
+        if len(parts) != 5 + counted + len(BOXES) or not (counted or parts[0] == UNCOUNTED_FORMAT):
             raise Fallback
-        numbers = [*parts[1:4], *parts[5:]]
+        boot_at = 4 + counted
+        numbers = [*parts[1:boot_at], *parts[boot_at + 1 :]]
         if check != b"%08x" % zlib.crc32(fields) or not all(n.isdigit() for n in numbers):
             raise Fallback
-        seq, events_size, writes, *sizes = (int(n) for n in numbers)
-        return Marker(seq, events_size, writes, parts[4].decode("ascii", "replace"), tuple(sizes))
+        seq, events_size, writes, *rest = (int(n) for n in numbers)
+        tasks = rest.pop(0) if counted else None
+        boot = parts[boot_at].decode("ascii", "replace")
+        return Marker(seq, events_size, writes, boot, tuple(rest), tasks)
 
     def read_tasks(self, run: dict[str, Any]) -> list[dict[str, Any]]:
         """The tasks, in crew.toml order then added ones' (crew/store/state.py `ordered`), from
@@ -236,15 +249,18 @@ class RunFiles:
         replace(self.manifest, _snapshot(run))
 
     def write_marker(
-        self, before: Marker, seq: int, events_size: int, ends: dict[str, int]
+        self, before: Marker, seq: int, events_size: int, ends: dict[str, int], *, added: int
     ) -> None:
         """Record that the files reflect the log up to `seq` (crew/store/marker.py `write`):
-        the sizes the appends ended at, one more write than the marker the change began on."""
+        the sizes the appends ended at, one more write than the marker the change began on,
+        and `added` more task snapshots (a marker that did not count them still does not)."""
         sizes = tuple(ends.get(name, size) for name, size in zip(BOXES, before.sizes, strict=True))
-        numbers = (seq, events_size, before.writes + 1)
+        numbers = [seq, events_size, before.writes + 1]
+        if before.tasks is not None:
+            numbers.append(before.tasks + added)
         fields = b" ".join(
             [
-                MARKER_FORMAT,
+                MARKER_FORMAT if before.tasks is not None else UNCOUNTED_FORMAT,
                 *(b"%020d" % n for n in numbers),
                 before.boot.encode(),
                 *(b"%020d" % n for n in sizes),
@@ -261,18 +277,19 @@ class RunFiles:
 class Marker:
     """What `.runtime/applied` says (crew/store/marker.py `Applied`)."""
 
-    __slots__ = ("boot", "events_size", "seq", "sizes", "writes")
+    __slots__ = ("boot", "events_size", "seq", "sizes", "tasks", "writes")
 
     def __init__(
-        self, seq: int, events_size: int, writes: int, boot: str, sizes: tuple[int, ...]
+        self,
+        seq: int,
+        events_size: int,
+        writes: int,
+        boot: str,
+        sizes: tuple[int, ...],
+        tasks: int | None,
     ) -> None:
-        self.seq, self.events_size, self.writes, self.boot, self.sizes = (
-            seq,
-            events_size,
-            writes,
-            boot,
-            sizes,
-        )
+        self.seq, self.events_size, self.writes, self.boot = seq, events_size, writes, boot
+        self.sizes, self.tasks = sizes, tasks
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Marker) and self.key() == other.key()
@@ -281,7 +298,7 @@ class Marker:
         return hash(self.key())
 
     def key(self) -> tuple[object, ...]:
-        return (self.seq, self.events_size, self.writes, self.boot, self.sizes)
+        return (self.seq, self.events_size, self.writes, self.boot, self.sizes, self.tasks)
 
 
 _boot: list[str | None] = []

@@ -58,7 +58,7 @@ def _populate(paths: RunPaths, state: RunState, events: list[Event]) -> RunStore
         paths.box(box).touch(mode=FILE_MODE)
     store = RunStore(paths)
     store.snapshots.create(state.run, state.task_list())
-    store.write_applied(events[-1].seq if events else 0)
+    store.write_applied(events[-1].seq if events else 0, tasks=len(state.tasks))
     store.remember(state)
     return store
 

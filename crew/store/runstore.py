@@ -14,7 +14,6 @@ import os
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from crew.errors import Corrupt, CrewTimeout, NotFound, StaleLeader, StoreError
@@ -108,7 +107,8 @@ class RunStore:
             with locked(self.paths.lock, timeout=min(lock_timeout(), READER_WAIT)):
                 recovery = self.recover()
                 if self._all_checked(recovery):
-                    self.write_applied(recovery.last_seq)  # the next reader need not check
+                    # the next reader need not check
+                    self.write_applied(recovery.last_seq, tasks=len(recovery.state.tasks))
                     self.remember(recovery.state.copy())
                 return recovery
         except (CrewTimeout, StoreError, OSError):  # a busy lock, or a folder it cannot write
@@ -256,23 +256,21 @@ class RunStore:
         snapshot.write_atomic(path, snapshot.dump_model(checkpoint), durable=fsync_derived())
 
     def write_applied(
-        self, seq: int, *, events_size: int | None = None, ends: dict[Box, int] | None = None
+        self,
+        seq: int,
+        *,
+        tasks: int,
+        events_size: int | None = None,
+        ends: dict[Box, int] | None = None,
     ) -> None:
-        """Record the last seq the files reflect, and the files' sizes. Locked.
-
-        A transaction that began on a marker it checked passes the sizes its appends ended at
-        (`events_size`, `ends`): nothing needs measuring. Otherwise the files are measured.
-        """
+        """Record the last seq the files reflect, the files' sizes, and that they hold `tasks`
+        task snapshots. Locked. A transaction that began on a marker it checked passes the
+        sizes its appends ended at (`events_size`, `ends`): nothing needs measuring."""
         base = self._known
         if base is not None and events_size is not None:
-            ends = ends or {}
-            sizes = tuple(ends.get(box, size) for box, size in zip(Box, base.sizes, strict=True))
-            applied = marker.Applied(seq, events_size, base.writes + 1, boot_id(), sizes)
+            applied = marker.advanced(base, seq, events_size, ends or {}, tasks)
         else:
-            old = base or marker.read(self.paths)
-            applied = marker.now(self.paths, seq, old.writes if old is not None else 1)
-            if applied != old:  # a marker that says nothing new is written back as it was
-                applied = replace(applied, writes=applied.writes + 1)
+            applied = marker.measured(self.paths, seq, base or marker.read(self.paths), tasks)
         self._known, self._known_state = None, None  # until the marker is written
         marker.write(self.paths, applied)
         self._known = applied
@@ -326,11 +324,7 @@ class RunStore:
             RunState(run, ordered(run, tasks)) if run is not None and tasks is not None else None
         )
         if shown is not None and applied is not None and not full:
-            if (
-                applied.seq == last_seq
-                and applied.boot == boot_id()
-                and applied.sizes == marker.mailbox_sizes(self.paths)
-            ):
+            if marker.describes(applied, self.paths, last_seq, len(shown.tasks)):
                 return Recovery(shown, last_seq, cut=cut)
             if applied.seq < last_seq:
                 unapplied = eventlog.after(self.paths.events, applied.seq)
@@ -412,6 +406,8 @@ class RunStore:
         run, tasks, _broken = self._read_snapshots()
         if run is None or tasks is None or marker.read(self.paths) != applied:
             return None  # damaged, or changed while read: look closer
+        if applied.tasks not in (None, len(tasks)):
+            return None  # a task file deleted (or one put there): the log says which
         state = RunState(run, ordered(run, tasks))
         self._known, self._known_state, self._known_files = applied, state, identity
         return Recovery(state.copy(), applied.seq)
@@ -447,7 +443,7 @@ class RunStore:
                 )
         if (recovery.unapplied and not recovery.full) or recovery.broken or recovery.mismatch:
             self.write_snapshots(recovery.state, tasks=True, run=True)
-        self.write_applied(recovery.last_seq)
+        self.write_applied(recovery.last_seq, tasks=len(recovery.state.tasks))
         self.remember(recovery.state.copy())
         removed = snapshot.remove_leftovers(*self.temp_folders())
         if removed:

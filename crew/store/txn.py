@@ -302,7 +302,9 @@ class Txn:
         if not self._events:
             if self._dirty_tasks:  # only volatile fields changed
                 store.write_snapshots(self.state, tasks=self._dirty_tasks, run=False)
-                store.write_applied(self._last_seq, events_size=self._events_size())
+                store.write_applied(
+                    self._last_seq, tasks=len(self.state.tasks), events_size=self._events_size()
+                )
                 store.remember(self.state)
             return
         paths = store.paths
@@ -324,7 +326,12 @@ class Txn:
             store.write_snapshots(self.state, tasks=self._dirty_tasks, run=self._run_dirty)
             for checkpoint in self._checkpoints:
                 store.write_checkpoint(checkpoint)
-            store.write_applied(self._last_seq, events_size=start + sum(map(len, lines)), ends=ends)
+            store.write_applied(
+                self._last_seq,
+                tasks=len(self.state.tasks),
+                events_size=start + sum(map(len, lines)),
+                ends=ends,
+            )
             store.remember(self.state, snapshots=bool(self._dirty_tasks) or self._run_dirty)
         except (StoreError, OSError) as error:
             raise committed_error(error) from None
