@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from crew.domain.lease import LeaseState, read_lease
-from crew.errors import CrewError
+from crew.errors import CrewError, from_os_error
 from crew.models import CheckedEvent, Event, MailboxLine
 from crew.paths import STAGING_PREFIX, Home, RunPaths
 from crew.registry import Box
@@ -47,6 +47,8 @@ def doctor(
             report.findings.extend(examine_run(store, repair=repair, lock=lock))
         except CrewError as exc:  # a run crew refuses to read (a link, a busy lock, …)
             report.findings.append(Finding(run_id, exc.message, repairable=False))
+        except OSError as exc:  # one it cannot read (a folder where a file should be, …)
+            report.findings.append(Finding(run_id, from_os_error(exc).message, repairable=False))
     return report
 
 

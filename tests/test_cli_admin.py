@@ -173,7 +173,10 @@ def test_a_folder_where_the_event_log_is_is_named(
     result = cli(*command, store.run_id)
 
     assert result.code == 1
-    assert result.err.startswith(f"crew: error: Is a directory: {store.paths.events}.\n")
+    if command == ("doctor",):  # a finding of the run's (the examination goes on to others)
+        assert f"{store.run_id}: Is a directory: {store.paths.events}. [needs" in result.out
+    else:
+        assert result.err.startswith(f"crew: error: Is a directory: {store.paths.events}.\n")
 
 
 def test_doctor_json_lists_findings_with_file_and_line(cli: Cli, make_run: MakeRun) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import CliResult
 
+from crew import fast
+from crew.fast import runfiles
 from crew.paths import RunPaths
 from crew.registry import Box
 from crew.store.runstore import RunStore
@@ -98,6 +100,34 @@ def test_a_state_folder_others_may_write_is_refused_with_the_fix(
     assert cli("status", store.run_id).code == 0
 
 
+def test_a_state_folder_kept_elsewhere_by_a_link_is_judged_by_where_it_leads(
+    cli: Cli, make_run: MakeRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A link's own mode is 0777: crew refused every state folder kept on another disk, saying
+    # it could be written by others, with a `chmod` that changes the target and cannot help.
+    monkeypatch.setattr(runfiles, "wrote", False)
+    store = make_run()
+    state = store.paths.home.state_dir
+    elsewhere = tmp_path / "other-disk"
+    state.rename(elsewhere)
+    state.symlink_to(elsewhere, target_is_directory=True)
+
+    assert cli("status", store.run_id).code == 0
+    assert cli("follow-up", store.run_id, "plan", "more work").code == 0
+    assert (
+        "more work" in (elsewhere / "runs" / store.run_id / "mailbox" / "inbox.jsonl").read_text()
+    )
+    assert cli("doctor").code == 0
+    home = str(store.paths.home.root)  # and the fast path takes the commands, not the full one
+    assert fast.fast(["status", store.run_id, "--home", home]) == 0
+    assert fast.fast(["follow-up", store.run_id, "plan", "and more", "--home", home]) == 0
+
+    elsewhere.chmod(0o777)
+    shown = cli("status", store.run_id)
+    assert shown.code == 4 and shown.out == ""
+    assert shown.err.startswith(f"crew: error: {state} can be written by other users (mode 0777)")
+
+
 def test_doctor_reports_a_run_with_a_link_and_checks_the_others(
     cli: Cli, make_run: MakeRun, tmp_path: Path
 ) -> None:
@@ -111,3 +141,22 @@ def test_doctor_reports_a_run_with_a_link_and_checks_the_others(
     assert found.code == 1
     assert f"{linked.paths.events} is a symbolic link" in found.out
     assert f"{other.paths.events}:" in found.out
+
+
+def test_doctor_reports_a_run_it_cannot_read_and_checks_the_others(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    unreadable, other = make_run(), make_run()
+    unreadable.paths.events.unlink()
+    unreadable.paths.events.mkdir()  # a folder where the log should be
+    with other.paths.events.open("ab") as log:
+        log.write(b"junk\n")
+
+    for repair in ((), ("--repair",)):
+        found = cli("doctor", *repair)
+
+        assert found.code == 1, found.err
+        assert f"Is a directory: {unreadable.paths.events}." in found.out
+        assert f"{other.paths.events}:" in found.out
+        assert "Checked 2 runs" in found.out
+    assert unreadable.paths.events.is_dir()

@@ -141,8 +141,8 @@ class RunFiles:
     def check_folders(self) -> None:
         """What RunStore refuses (links, folders others may write to) is the full command's."""
         state = f"{self.home}/state"
-        for folder in (state, f"{state}/runs", self.root):
-            if _mode(folder) & NOT_WRITABLE_BY_OTHERS:
+        for folder in (state, f"{state}/runs", self.root):  # a link: where it leads
+            if _mode(folder, follow=True) & NOT_WRITABLE_BY_OTHERS:
                 raise Fallback
         for name in FOLDERS:
             if stat.S_ISLNK(_mode(f"{self.root}/{name}")):
@@ -458,9 +458,9 @@ def fsync_enabled() -> bool:
     return os.environ.get("CREW_FSYNC", "1").strip().lower() not in OFF
 
 
-def _mode(path: str) -> int:
+def _mode(path: str, *, follow: bool = False) -> int:
     try:
-        return os.lstat(path).st_mode
+        return os.stat(path, follow_symlinks=follow).st_mode
     except FileNotFoundError:
         return 0
     except OSError:

@@ -123,9 +123,12 @@ def refuse_link(path: Path) -> None:
 
 
 def refuse_writable_by_others(folder: Path) -> None:
-    """Refused if users other than the owner may write to `folder` (if it exists)."""
+    """Refused if users other than the owner may write to `folder` (if it exists). A link is
+    judged by the folder it leads to (a state folder kept on another disk): the link itself
+    could only be made by whoever may write the folder that holds it, and crew refuses the
+    links inside a run folder on their own (`refuse_link`)."""
     try:
-        mode = stat.S_IMODE(folder.lstat().st_mode)
+        mode = stat.S_IMODE(os.stat(folder).st_mode)
     except FileNotFoundError:
         return
     if mode & _NOT_WRITABLE_BY_OTHERS:
