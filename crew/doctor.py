@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 
 from crew.domain.lease import LeaseState, read_lease
@@ -21,7 +22,7 @@ from crew.store import jsonl, pin, snapshot
 from crew.store.mailfile import Line
 from crew.store.pin import Pin
 from crew.store.runstore import RunStore
-from crew.store.state import LogsRead, Recovery, describe_cut
+from crew.store.state import LogsRead, Recovery, describe_cut, listed
 
 #: How many times an examination reads a run again when a writer rewrote a log meanwhile.
 PIN_ATTEMPTS = 3
@@ -85,6 +86,8 @@ def _examine(store: RunStore, pinned: Pin | None, *, repair: bool) -> list[Findi
         return findings
     state_findings = _state_findings(store, recovery, run_id)
     if repair:
+        for box, ids in recovery.unrecorded.items():  # first: the marker measures the files
+            jsonl.rewrite_clean(store.paths.box(box), MailboxLine, partial(_one_of, set(ids)))
         store.apply_recovery(recovery)  # and the marker, for files the checks rewrote
         for finding in state_findings:
             finding.repaired = finding.repairable
@@ -182,16 +185,29 @@ def _state_findings(store: RunStore, recovery: Recovery, run_id: str) -> list[Fi
             )
         )
     for box, missing in recovery.gaps.items():
-        ids = ", ".join(m.id for m in missing[:3]) + (", …" if len(missing) > 3 else "")
         findings.append(
             Finding(
                 run_id,
                 f"{len(missing)} message update(s) recorded in events.jsonl are missing here "
-                f"({ids})",
+                f"({listed([m.id for m in missing])})",
+                path=store.paths.box(box),
+            )
+        )
+    for box, ids in recovery.unrecorded.items():
+        findings.append(
+            Finding(
+                run_id,
+                f"lines of {len(ids)} message(s) that events.jsonl does not record here "
+                f"({listed(ids)}): no crew command wrote them (a hand edit, or lines copied from "
+                f"another run or file; repair sets them aside to {box.value}.jsonl.corrupt)",
                 path=store.paths.box(box),
             )
         )
     return findings
+
+
+def _one_of(ids: set[str], line: MailboxLine) -> bool:
+    return line.root.id in ids
 
 
 def _duplicate_seqs(paths: RunPaths, run_id: str, events: list[Event]) -> list[Finding]:

@@ -118,6 +118,61 @@ def test_doctor_finds_repairs_and_then_finds_nothing(cli: Cli, make_run: MakeRun
     assert len(list(store.paths.root.glob("manifest.json.corrupt-*"))) == 1
 
 
+def _planted(store: RunStore, box: Box, line: dict[str, object]) -> None:
+    with store.paths.box(box).open("a") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+_STRAYS: dict[str, Callable[[RunStore], tuple[Box, str]]] = {
+    "a message no command sent": lambda store: (Box.STEERING, "msg_00000000000000aa"),
+    "a change of a message never sent": lambda store: (Box.INBOX, "msg_00000000000000bb"),
+    "a message copied from another file": lambda store: (Box.STEERING, "copied"),
+}
+
+
+@pytest.mark.parametrize("stray", _STRAYS)
+def test_doctor_finds_mailbox_lines_the_log_does_not_record_and_sets_them_aside(
+    cli: Cli, make_run: MakeRun, stray: str
+) -> None:
+    # A line no crew command wrote (a hand edit, a merge, a copy) was shown, counted as
+    # pending and delivered, and `crew doctor` called the run clean.
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "sent", session=SESSION)
+    verbs.follow_up(store, "plan", "queued", session=SESSION)
+    (sent,) = store.messages(Box.STEERING)
+    (queued,) = store.messages(Box.INBOX)
+    box, message_id = _STRAYS[stray](store)
+    if stray == "a message no command sent":
+        line = {**sent.to_dict(), "id": message_id, "body": "planted"}
+    elif stray == "a change of a message never sent":
+        line = {"id": message_id, "kind": "followUp", "taskId": "plan", "status": "delivered"}
+    else:
+        line, message_id = queued.to_dict(), queued.id  # the inbox's message, in steering
+    _planted(store, box, line)
+    kept = {b: store.paths.box(b).read_bytes() for b in Box}
+
+    for _ in range(2):  # a reader does not mark the files checked: the next one warns too
+        shown = cli("status", store.run_id)
+        assert shown.code == 0
+        assert f"{box.value}.jsonl holds 1 message(s) that events.jsonl does not" in shown.out
+        assert message_id in shown.out
+    found = cli("doctor", store.run_id)
+    repaired = cli("doctor", store.run_id, "--repair")
+
+    assert found.code == 1
+    assert f"{store.paths.box(box)}: lines of 1 message(s) that events.jsonl" in found.out
+    assert repaired.code == 0 and "[repaired]" in repaired.out
+    aside = store.paths.box(box).with_name(f"{box.value}.jsonl.corrupt")
+    assert json.loads(aside.read_bytes()) == line
+    assert store.paths.box(box).read_bytes() + aside.read_bytes() == kept[box]
+    assert cli("doctor", store.run_id) == CliResult(0, "Checked 1 run: no problems found.\n", "")
+    assert "events.jsonl does not" not in cli("status", store.run_id).out
+    fresh = RunStore(store.paths)
+    assert [m.body for m in fresh.messages(Box.STEERING)] == ["sent"]
+    assert [m.body for m in fresh.messages(Box.INBOX)] == ["queued"]
+
+
 def test_doctor_finds_the_temp_files_of_every_folder_crew_writes_one_in(
     cli: Cli, make_run: MakeRun
 ) -> None:

@@ -458,9 +458,9 @@ def test_a_reader_that_comes_in_the_middle_of_a_write_waits_for_it_without_a_ful
         tasks.start(txn, "plan", attempt=1, pid=4242)
     verbs.steer(store, "plan", "before", session=SESSION)
     full_checks: list[object] = []
-    real_gaps = mailbox_repair.gaps
+    real_compare = mailbox_repair.compare
     monkeypatch.setattr(
-        mailbox_repair, "gaps", lambda *a, **k: full_checks.append(a) or real_gaps(*a, **k)
+        mailbox_repair, "compare", lambda *a, **k: full_checks.append(a) or real_compare(*a, **k)
     )
     reader = RunStore(store.paths)
     found: list[object] = []

@@ -456,17 +456,16 @@ class Cleanup:
 
     bad: list[BadLine] = field(default_factory=list)
     torn_bytes: int = 0
+    dropped: int = 0
 
     @property
     def changed(self) -> bool:
-        return bool(self.bad or self.torn_bytes)
+        return bool(self.bad or self.torn_bytes or self.dropped)
 
 
-def rewrite_clean(path: Path, model: type[M]) -> Cleanup:
-    """Move bad lines and a torn tail to `<file>.corrupt`; atomically rewrite the rest. Locked.
-
-    The file is replaced (a new inode), so followers notice and re-read it.
-    """
+def rewrite_clean(path: Path, model: type[M], drop: Callable[[M], bool] | None = None) -> Cleanup:
+    """Move bad lines, a torn tail and the records `drop` picks to `<file>.corrupt`; atomically
+    rewrite the rest (a new inode, so followers notice and re-read it). Locked."""
     from crew.store.snapshot import write_atomic
 
     cleanup = Cleanup()
@@ -480,6 +479,9 @@ def rewrite_clean(path: Path, model: type[M]) -> Cleanup:
         item = _parse(path, model, number, start, raw)
         if isinstance(item, BadLine):
             cleanup.bad.append(item)
+            aside.append(raw)
+        elif drop is not None and drop(item):
+            cleanup.dropped += 1
             aside.append(raw)
         else:
             kept.append(raw)

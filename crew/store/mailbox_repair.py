@@ -22,32 +22,40 @@ _MESSAGE_RANK = {
 }
 
 
-def gaps(
+def compare(
     paths: RunPaths,
     events: list[Event],
     pin: Pin | None = None,
     read: Mapping[Box, list[mailfile.Line]] | None = None,
-) -> dict[Box, list[MailboxMessage]]:
-    """Messages whose latest evented version their mailbox file lacks (or has older): each
-    whole, since the file may lack the line a change would be merged into. `read`: the files'
-    valid lines, as the caller read them (as pinned), instead of reading them again."""
-    found: dict[Box, list[MailboxMessage]] = {}
-    for box, lines in messages_by_box(events).items():
-        expected = mailfile.fold(lines)
+) -> tuple[dict[Box, list[MailboxMessage]], dict[Box, list[str]]]:
+    """Each mailbox file against the log, after a full check: the messages whose latest
+    evented version the file lacks (or has older), each whole, since the file may lack the line
+    a change would be merged into; and the ids of the messages it holds lines of that the log
+    does not record in it (no crew command wrote them: a hand edit, a line copied from another
+    run or file). `read`: the files' valid lines, as the caller read them (as pinned), instead
+    of reading them again."""
+    missing_by_box: dict[Box, list[MailboxMessage]] = {}
+    unrecorded: dict[Box, list[str]] = {}
+    evented = messages_by_box(events)
+    for box in Box:
         if read is not None:
-            have = mailfile.fold(read[box])
+            lines = read[box]
         else:
             path = paths.box(box)
-            end = pin.end(path) if pin is not None else None
-            have = mailfile.fold(mailfile.read(path, end=end))
+            lines = mailfile.read(path, end=pin.end(path) if pin is not None else None)
+        expected, have = mailfile.fold(evented.get(box, [])), mailfile.fold(lines)
         missing = [
             m
             for m in expected.values()
             if m.id not in have or (have[m.id] != m and _progress(m) >= _progress(have[m.id]))
         ]
         if missing:
-            found[box] = missing
-    return found
+            missing_by_box[box] = missing
+        recorded = {line.id for line in evented.get(box, [])}
+        strays = list(dict.fromkeys(line.id for line in lines if line.id not in recorded))
+        if strays:
+            unrecorded[box] = strays
+    return missing_by_box, unrecorded
 
 
 def reapply_tail(paths: RunPaths, events: list[Event]) -> list[str]:

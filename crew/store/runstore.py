@@ -17,13 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from crew.errors import Corrupt, CrewTimeout, NotFound, StaleLeader, StoreError
-from crew.models import (
-    Checkpoint,
-    Event,
-    MailboxMessage,
-    Run,
-    Task,
-)
+from crew.models import Checkpoint, Event, MailboxMessage, Run, Task
 from crew.paths import Home, RunPaths
 from crew.registry import Box, EventType
 from crew.store import eventlog, jsonl, mailbox_repair, mailfile, marker, snapshot
@@ -112,7 +106,9 @@ class RunStore:
                     self.remember(recovery.state.copy())
                 return recovery
         except (CrewTimeout, StoreError, OSError):  # a busy lock, or a folder it cannot write
-            return self.recover()
+            recovery = self.recover()
+            recovery.unrecorded = {}  # read unlocked: a line appended since the log was read
+            return recovery
 
     def _all_checked(self, recovery: Recovery) -> bool:
         """Whether a full check found every file as the log describes it (nothing to repair):
@@ -120,6 +116,7 @@ class RunStore:
         return (
             recovery.full
             and not (recovery.broken or recovery.mismatch or recovery.gaps or recovery.cut)
+            and not recovery.unrecorded
             and recovery.history_missing is None
             and all(
                 self.checkpoint(c.task_id) == c for c in checkpoints_in(recovery.unapplied).values()
@@ -348,6 +345,8 @@ class RunStore:
         mismatch = shown is not None and not same_state(shown, rebuilt)
         if shown is not None and not mismatch:
             rebuilt = shown  # identical, and it keeps the volatile fields
+        mail = read.mail if read is not None else None
+        gaps, unrecorded = mailbox_repair.compare(self.paths, events, pin, mail)
         return Recovery(
             rebuilt,
             last_seq,
@@ -357,7 +356,8 @@ class RunStore:
             mismatch=mismatch,
             history_gap=gap,
             cut=cut,
-            gaps=mailbox_repair.gaps(self.paths, events, pin, read.mail if read else None),
+            gaps=gaps,
+            unrecorded={} if gap is not None else unrecorded,  # lines of the events cut back
         )
 
     def is_current(self) -> bool:

@@ -98,6 +98,9 @@ class Recovery:
     cut: list[Event] = field(default_factory=list)
     #: After a full check: message versions the events record that a mailbox file lacks.
     gaps: dict[Box, list[MailboxMessage]] = field(default_factory=dict)
+    #: After a full check: the messages a mailbox file has lines of that the events do not
+    #: record there (by id). Only `crew doctor --repair` sets them aside.
+    unrecorded: dict[Box, list[str]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -157,6 +160,12 @@ class Recovery:
                 "records (the file was cut short or edited); the next command that changes the "
                 "run re-writes them"
             )
+        for box, ids in self.unrecorded.items():
+            notes.append(
+                f"{box.value}.jsonl holds {len(ids)} message(s) that events.jsonl does not "
+                f"record ({listed(ids)}): no crew command sent them; `crew doctor --repair` sets "
+                "them aside"
+            )
         if self.cut:
             notes.append(
                 f"events.jsonl ends with {describe_cut(self.cut)} (a write was interrupted); it "
@@ -166,6 +175,11 @@ class Recovery:
         if lost is not None:
             notes.append(f"{lost}: some history is missing")
         return notes
+
+
+def listed(ids: list[str], most: int = 3) -> str:
+    """The first few of `ids`, for a message: `msg_1, msg_2, msg_3, …`."""
+    return ", ".join(ids[:most]) + (", …" if len(ids) > most else "")
 
 
 def shown(path: Path) -> str:
