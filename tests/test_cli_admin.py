@@ -173,6 +173,27 @@ def test_doctor_finds_mailbox_lines_the_log_does_not_record_and_sets_them_aside(
     assert [m.body for m in fresh.messages(Box.INBOX)] == ["queued"]
 
 
+def test_a_message_whose_event_is_lost_is_kept_by_a_repair(cli: Cli, make_run: MakeRun) -> None:
+    # The log skips the seq of the event that recorded it (bad, then set aside): its mailbox
+    # line is then the only record of a message a command accepted, no stray.
+    store = make_run()
+    start(store)
+    verbs.steer(store, "plan", "sent", session=SESSION)
+    verbs.follow_up(store, "plan", "after", session=SESSION)
+    lines = store.paths.events.read_bytes().splitlines(keepends=True)
+    (at,) = [i for i, line in enumerate(lines) if b'"body":"sent"' in line]
+    lines[at] = b"x" * (len(lines[at]) - 1) + b"\n"
+    store.paths.events.write_bytes(b"".join(lines))
+
+    found = cli("doctor", store.run_id)
+    repaired = cli("doctor", store.run_id, "--repair")
+
+    assert found.code == 1 and f"{store.paths.events}:{at + 1}: " in found.out
+    assert "does not record" not in found.out + repaired.out
+    assert [m.body for m in RunStore(store.paths).messages(Box.STEERING)] == ["sent"]
+    assert [m.body for m in RunStore(store.paths).messages(Box.INBOX)] == ["after"]
+
+
 def test_doctor_finds_the_temp_files_of_every_folder_crew_writes_one_in(
     cli: Cli, make_run: MakeRun
 ) -> None:

@@ -37,6 +37,9 @@ def compare(
     missing_by_box: dict[Box, list[MailboxMessage]] = {}
     unrecorded: dict[Box, list[str]] = {}
     evented = messages_by_box(events)
+    # A log that skips a seq lost an event (a line removed, or bad and set aside by a repair):
+    # a line of its message is no stray then, but the only record left of what was sent.
+    whole = all(event.seq == seq for seq, event in enumerate(events, start=1))
     for box in Box:
         if read is not None:
             lines = read[box]
@@ -53,7 +56,7 @@ def compare(
             missing_by_box[box] = missing
         recorded = {line.id for line in evented.get(box, [])}
         strays = list(dict.fromkeys(line.id for line in lines if line.id not in recorded))
-        if strays:
+        if strays and whole:
             unrecorded[box] = strays
     return missing_by_box, unrecorded
 
