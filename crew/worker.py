@@ -284,12 +284,14 @@ class Worker:
         TypeError or ValueError and nothing is saved. With `wait`, a checkpoint that finds
         nothing queued waits up to that many seconds for something to arrive (nudges are
         answered meanwhile): a pause for a review, say, that goes on without one.
+        Raises LeaderGone once input has ended and nothing is left to decide about (a `state`
+        given is saved first).
         """
         current = self.focus
         if current is None:
             raise RuntimeError("checkpoint() needs a focus: call next() or begin() first")
         if state is not _NO_STATE:
-            self._say(checkpoint_line(state))
+            self.save(state)
         deadline = time.monotonic() + wait
         with self._cond:
             answered = self._answer_nudges()
@@ -297,6 +299,8 @@ class Worker:
                 self._cond.wait(left)
                 answered += self._answer_nudges()
             if not self._queue:
+                if self._eof:  # what arrived before the end was decided on first
+                    raise LeaderGone("stdin closed: the leader has gone.")
                 return answered[-1] if answered else _NOTHING_NEW
             new = self._queue[0].message
             decision = _rules(current, new)
@@ -309,6 +313,11 @@ class Worker:
             self._ack(decision.item)
         self._decide(decision, focus=current)
         return decision
+
+    def save(self, state: Any) -> None:
+        """Save `state` as `checkpoint(state=…)` does, deciding nothing: what a `LeaderGone`
+        handler calls (a leader records what its workers print as it stops)."""
+        self._say(checkpoint_line(state))
 
     def done(self, outcome: str | None = None) -> None:
         """End the current focus; items set aside come back when nothing else is queued."""
@@ -440,8 +449,26 @@ class Worker:
 
     def _say(self, line: str) -> None:
         with self._write_lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except BrokenPipeError:  # no one reads what the worker prints: the leader is gone
+                _let_output_go(self._out)
+                raise LeaderGone("stdout closed: the leader has gone.") from None
+
+
+def _let_output_go(out: TextIO) -> None:
+    """What is printed from now on goes nowhere, instead of failing: the worker's own output
+    as it saves its work, and what the stream still buffers, flushed again at exit."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a file (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def _read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -394,6 +395,54 @@ def test_the_end_of_input_raises_leader_gone(h: Harness) -> None:
     assert issubclass(LeaderGone, CrewError)
 
 
+def test_a_checkpoint_after_the_end_of_input_raises_leader_gone_once_it_has_saved(
+    h: Harness,
+) -> None:
+    # It went on with "nothing new" for good: a worker following the docs' `except LeaderGone`
+    # never learned that the leader was gone, and was killed at the end of the grace.
+    h.worker.begin("work")
+    h.send("steer", "arrived before the end")
+    h.close()
+    h.worker._reader.join(timeout=5)
+
+    assert h.worker.checkpoint().action == "preempt"  # what arrived is decided on first
+    with pytest.raises(LeaderGone, match="the leader has gone"):
+        h.worker.checkpoint(state={"step": 2})
+    with pytest.raises(LeaderGone):
+        h.worker.checkpoint(wait=5)
+    h.worker.save({"step": 3})  # a LeaderGone handler saves without a focus or a decision
+    saved = [parse_line(line) for line in h.lines() if "checkpoint:" in line]
+    assert [s.state for s in saved if isinstance(s, CheckpointRecord)] == [{"step": 2}, {"step": 3}]
+
+
+def test_output_no_one_reads_raises_leader_gone_and_later_output_goes_nowhere() -> None:
+    # A leader killed: the worker's next print raised BrokenPipeError, which no `except
+    # LeaderGone` caught, and every print after it failed the same way.
+    code = """
+import os, sys
+from crew.worker import LeaderGone, Worker
+read_end, write_end = os.pipe()
+worker = Worker(run_id="20261130-034100-7f3a", task_id="t", attempt=1, stdin_fd=read_end)
+try:
+    worker.begin("work")
+    for _ in range(10_000):
+        worker.report("still working")
+except LeaderGone as gone:
+    print("after:", gone, flush=True)  # goes nowhere, and does not fail
+    sys.stderr.write(f"caught {gone}\\n")
+"""
+    reader, writer = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=writer, stderr=subprocess.PIPE, text=True
+    )
+    os.close(writer)
+    os.close(reader)  # no one reads what it prints from now on
+    _, err = process.communicate(timeout=60)
+
+    assert process.returncode == 0, err
+    assert err == "caught stdout closed: the leader has gone.\n"
+
+
 def test_bad_arguments_are_refused(h: Harness) -> None:
     with pytest.raises(ValueError, match="need_selection needs options"):
         h.worker.ask("x", kind="need_selection")
@@ -467,7 +516,7 @@ def test_a_checkpoint_that_waits_takes_what_arrives_and_answers_nudges_meanwhile
     assert any(line.startswith("@supervisor status: working on") for line in h.lines())
 
 
-def test_a_checkpoint_that_waits_goes_on_after_its_wait_or_at_the_end_of_input(
+def test_a_checkpoint_that_waits_goes_on_after_its_wait_and_ends_at_the_end_of_input(
     h: Harness,
 ) -> None:
     h.worker.begin("write the page")
@@ -478,7 +527,8 @@ def test_a_checkpoint_that_waits_goes_on_after_its_wait_or_at_the_end_of_input(
     h.close()
     h.worker._reader.join(timeout=5)
     started = time.monotonic()
-    assert h.worker.checkpoint(wait=60).reason == "nothing new"
+    with pytest.raises(LeaderGone):
+        h.worker.checkpoint(wait=60)
     assert time.monotonic() - started < 30  # the end of input, not the wait, ended it
 
 
@@ -672,3 +722,47 @@ def test_a_checkpoint_survives_kill_9_and_resume_gives_it_to_the_next_attempt(
     log = store.paths.log("t").read_text()
     assert "attempt 1 restored null" in log
     assert 'attempt 2 restored {"done": ["parser", "lexer"], "note": "naïve ✓"}' in log
+
+
+LEAVER = """
+import json, sys
+from crew.worker import LeaderGone, Worker
+
+worker = Worker.from_env()
+print(f"attempt {worker.attempt} restored {json.dumps(worker.restored())}", flush=True)
+worker.begin(sys.argv[1])
+if worker.attempt == 1:
+    worker.checkpoint(state={"step": 1})
+    try:
+        while True:
+            worker.checkpoint(wait=60)  # paused until something arrives, or the leader goes
+    except LeaderGone:
+        worker.save({"step": 2, "saved": "on the way out"})
+        sys.exit(1)
+worker.done("compiled")
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_the_progress_a_worker_saves_as_its_leader_stops_goes_to_the_next_attempt(
+    tmp_path: Path, home: Home, stop: signal.Signals
+) -> None:
+    # A stopping leader logged what its workers printed and recorded nothing of it: the
+    # checkpoint saved in the `except LeaderGone` the docs show was lost.
+    leaver = tmp_path / "leaver.py"
+    leaver.write_text(LEAVER)
+    command = ["{python}", str(leaver), "{prompt}"]
+    write_crew(tmp_path, [{"id": "t", "prompt": "compile"}], command=command)
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    assert eventually(lambda: store.checkpoint("t"), timeout=20).state == {"step": 1}
+
+    leader.process.send_signal(stop)
+    assert leader.finish() == 130, leader.err
+    saved = store.checkpoint("t")
+    assert saved is not None and saved.state == {"step": 2, "saved": "on the way out"}
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+
+    assert resumed.finish() == 0, resumed.err
+    log = store.paths.log("t").read_text()
+    assert 'attempt 2 restored {"step": 2, "saved": "on the way out"}' in log

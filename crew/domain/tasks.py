@@ -38,6 +38,11 @@ _BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
 _CAN_BLOCK = _BLOCKING_ENDS | {TaskStatus.QUEUED}
 
 
+def live_attempt(task: Task, attempt: int) -> bool:
+    """Whether `attempt` is the task's, and live: neither ended nor moved on to another."""
+    return task.status in LIVE_TASK_STATUSES and task.attempt == attempt
+
+
 def new_task(config: CrewConfig, task: TaskConfig) -> Task:
     """The initial state of a task defined in crew.toml."""
     return Task(
@@ -89,7 +94,7 @@ def placed(txn: Txn, task_id: str, attempt: int, *, node: str, pid: int) -> Task
     """The remote worker of `attempt` runs on `node` as `pid` (nothing for an attempt that has
     ended meanwhile)."""
     task = txn.task(task_id)
-    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+    if not live_attempt(task, attempt):
         return None
     said = f"task {task_id} runs on node {node} (pid {pid})"
     return _update(txn, task, EventType.TASK_PLACED, message=said, node=node, pid=pid)
@@ -135,7 +140,7 @@ def exited(
     task that ended or moved on meanwhile (cancelled, timed out, restarted: that was recorded
     then)."""
     task = txn.task(task_id)
-    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+    if not live_attempt(task, attempt):
         return None
     if lost is not None:  # not the task's failure: it does not count against maxAttempts
         return interrupt(txn, task_id, lost)
@@ -258,24 +263,10 @@ def wait(txn: Txn, question: SupervisorContact, *, unstarted: bool = False) -> T
     task = txn.task(question.task_id)
     text = f"{task.id} is waiting for an answer to {question.id}"
     gone = dict.fromkeys(("pid", "node", "token_hash")) if unstarted else {}
+    changes: dict[str, Any] = {"message": text, "contact": question, "waiting_since": txn.at}
     if task.status is TaskStatus.WAITING:
-        return _update(
-            txn,
-            task,
-            EventType.TASK_WAITING,
-            message=text,
-            contact=question,
-            waiting_since=txn.at,
-        )
-    return transition(
-        txn,
-        task.id,
-        TaskStatus.WAITING,
-        message=text,
-        contact=question,
-        waiting_since=txn.at,
-        **gone,
-    )
+        return _update(txn, task, EventType.TASK_WAITING, **changes)
+    return transition(txn, task.id, TaskStatus.WAITING, **changes, **gone)
 
 
 def waits_to_start(task: Task) -> bool:

@@ -20,7 +20,6 @@ from crew.leader.health import Health
 from crew.leader.processes import Workers
 from crew.leader.view import RunView
 from crew.leader.worker_process import WorkerProcess
-from crew.registry import LIVE_TASK_STATUSES
 from crew.text import short
 
 Step = Callable[[], "list[Step] | None"]
@@ -120,5 +119,5 @@ class WorkerGuard:
     def _fail_attempt(self, worker: WorkerProcess, why: str) -> None:
         with self._view.change() as txn:
             task = txn.task(worker.task_id)
-            if task.status in LIVE_TASK_STATUSES and task.attempt == worker.attempt:
+            if tasks.live_attempt(task, worker.attempt):
                 tasks.requeue(txn, task.id, why)

@@ -320,6 +320,11 @@ class Leader:
             reaction += worker.adapter.on_line(raw.decode("utf-8", errors="replace"))
         self._heard(worker, reaction)
 
+    def stopping(self, worker: WorkerProcess, said: list[Signal]) -> None:
+        """The progress a worker saved as the leader stops (Workers calls this): recorded."""
+        with contextlib.suppress(Exception, StopLeading):  # stopping: what it can
+            self._record_signals(worker, said)
+
     def _heard(self, worker: WorkerProcess, reaction: Reaction) -> None:
         """Do what an adapter asked: write to the worker, record what it said."""
         if reaction.write:
@@ -377,11 +382,7 @@ class Leader:
         """Stop workers whose task ended under them (a cancel); kill those out of grace."""
         for worker in self.workers:
             task = self.state.tasks.get(worker.task_id)
-            ended = (
-                task is None
-                or task.status not in LIVE_TASK_STATUSES
-                or task.attempt != worker.attempt
-            )
+            ended = task is None or not tasks.live_attempt(task, worker.attempt)
             if ended and not worker.stopping:
                 with self.guard.guarding(worker):
                     self.workers.stop(worker, now)

@@ -16,9 +16,9 @@ import time
 from collections.abc import Collection, Iterator
 from typing import Protocol
 
-from crew.adapters.base import Adapter, Reaction
+from crew.adapters.base import Adapter, Reaction, Signal
 from crew.executors.base import Executor
-from crew.leader import monitors, spawn
+from crew.leader import monitors, signals, spawn
 from crew.leader.worker_process import WorkerProcess
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
@@ -40,6 +40,9 @@ class Listener(Protocol):
 
     def exited(self, worker: WorkerProcess, code: int) -> None:
         """It exited (its last output was given to `output` first)."""
+
+    def stopping(self, worker: WorkerProcess, said: list[Signal]) -> None:
+        """As the leader stops leading, it saved its progress (crew/leader/signals.py `saved`)."""
 
     def delivered(self, worker: WorkerProcess, messages: list[MailboxMessage]) -> None:
         """Its stdin took every byte of these messages."""
@@ -174,7 +177,7 @@ class Workers:
 
     def stop_all(self, grace: float = STOP_GRACE) -> None:
         """Stop leading: workers get the end of their input, then SIGTERM, then SIGKILL. Their
-        last output is logged; nothing is reported."""
+        last output is logged, and the progress they save given to the listener's `stopping`."""
         for worker in self:
             self.resume(worker)
             self.close_stdin(worker)
@@ -256,27 +259,37 @@ class Workers:
             self._leftovers.append(left)
 
     def _await_exits(self, deadline: float) -> None:
-        """Wait for workers to exit, logging their last output but reporting nothing."""
+        """Wait for workers to exit, logging their last output and giving the progress it saves
+        to the listener's `stopping`."""
         while len(self) and time.monotonic() < deadline:
             for key, _ in self._selector.select(max(0.0, deadline - time.monotonic())):
                 kind, worker = key.data
-                if kind in {"out", "err"} and worker.read(key.fd) is None:
-                    self._unregister(key.fd)
+                if kind in {"out", "err"}:
+                    data = worker.read(key.fd)
+                    if data is None:
+                        self._unregister(key.fd)
+                    elif data and kind == "out":
+                        self._last_lines(worker, worker.lines.feed(data))
                 elif kind == "exit" and worker.handle.settle():
-                    worker.wait()
-                    worker.drain(parse=False)
-                    self.forget(worker)
-                    worker.close_log(flush=True)
-                    self._end_tree(worker, time.monotonic())
+                    self._stopped(worker)
                 if worker is not None and worker.log_fd >= 0:
                     with contextlib.suppress(OSError):  # stopping: the log gets what it can
                         worker.flush_log()
             for worker in self:
                 if worker.handle.exit_fd is None and worker.handle.poll() is not None:
-                    worker.drain(parse=False)
-                    self.forget(worker)
-                    worker.close_log(flush=True)
-                    self._end_tree(worker, time.monotonic())
+                    self._stopped(worker)
+
+    def _stopped(self, worker: WorkerProcess) -> None:
+        """A worker exited as the leader stops: its last lines told, its log closed."""
+        worker.wait()
+        self._last_lines(worker, worker.drain(parse=True) + worker.lines.rest())
+        self.forget(worker)
+        worker.close_log(flush=True)
+        self._end_tree(worker, time.monotonic())
+
+    def _last_lines(self, worker: WorkerProcess, lines: list[bytes]) -> None:
+        if said := signals.saved(worker.adapter, lines):
+            self._listener.stopping(worker, said)
 
     def _unregister(self, target: int | object) -> None:
         with contextlib.suppress(KeyError, ValueError):

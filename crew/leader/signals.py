@@ -14,6 +14,7 @@ from typing import Any
 
 from crew import ids
 from crew.adapters.base import (
+    Adapter,
     AgentError,
     SessionStarted,
     Signal,
@@ -35,7 +36,7 @@ from crew.protocol import (
     Report,
     SpawnRequest,
 )
-from crew.registry import LIVE_TASK_STATUSES, EventType
+from crew.registry import EventType
 from crew.store.txn import Txn
 from crew.text import short
 
@@ -115,7 +116,7 @@ def apply(
     """
     now = time.monotonic() if now is None else now
     task = txn.task(task_id)
-    if task.status not in LIVE_TASK_STATUSES or task.attempt != attempt:
+    if not tasks.live_attempt(task, attempt):
         return []
     tasks.active(txn, task_id)  # any output answers automatic nudges
     _record_folded(txn, task_id, agent, now)
@@ -269,3 +270,10 @@ _HANDLERS: dict[type, _Handler] = {
     Spent: _spent,
     TurnBegun: _turn_begun,
 }
+
+
+def saved(adapter: Adapter, lines: list[bytes]) -> list[Signal]:
+    """Of what a worker printed as its leader stops, the checkpoints: what must reach the next
+    attempt (a question or a report recorded then would find no leader to act on it)."""
+    said = (adapter.on_line(raw.decode("utf-8", errors="replace")).signals for raw in lines)
+    return [one for signals in said for one in signals if isinstance(one, CheckpointRecord)]
