@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult, snapshot_files
-from leaders import eventually
+from leaders import Leader, eventually, store_of, write_crew
 from test_verbs import start
 
 from crew import verbs
@@ -171,6 +171,70 @@ def test_doctor_finds_mailbox_lines_the_log_does_not_record_and_sets_them_aside(
     fresh = RunStore(store.paths)
     assert [m.body for m in fresh.messages(Box.STEERING)] == ["sent"]
     assert [m.body for m in fresh.messages(Box.INBOX)] == ["queued"]
+
+
+HOLDER = """
+import sys
+from crew.worker import Worker
+
+worker = Worker.from_env()
+if worker.task_id == "first":
+    worker.ask("go on?")  # holds `then` back until answered
+    sys.exit(0)
+worker.begin(sys.argv[1])
+while (item := worker.next(timeout=2)) is not None:
+    print("got", item.body, flush=True)
+worker.done()
+"""
+
+
+def test_a_live_leader_never_delivers_a_message_a_repair_set_aside(
+    cli: Cli, tmp_path: Path, home: Home
+) -> None:
+    # The leader kept what it had read of the file: the line set aside was delivered anyway,
+    # acknowledged, and its changes written after it, so doctor then called the run clean.
+    holder = tmp_path / "holder.py"
+    holder.write_text(HOLDER)
+    tasks = [
+        {"id": "first", "prompt": "hold"},
+        {"id": "then", "prompt": "go", "dependsOn": ["first"]},
+    ]
+    write_crew(tmp_path, tasks, command=["{python}", str(holder), "{prompt}"])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["first"].contact, timeout=20)
+    sent = verbs.follow_up(store, "then", "real", session=SESSION).message
+    _planted(store, Box.INBOX, {**sent.to_dict(), "id": "msg_00000000000000aa", "body": "STRAY"})
+    eventually(lambda: RunStore(store.paths).load().clean)  # the leader has read it
+
+    assert cli("doctor", store.run_id, "--repair").code == 0
+    assert cli("respond", store.run_id, "first", "yes").code == 0
+    assert leader.finish() == 0, leader.err
+
+    log = store.paths.log("then").read_text()
+    assert "got real" in log and "STRAY" not in log
+    assert "msg_00000000000000aa" not in store.paths.events.read_text()
+
+
+def test_a_task_file_of_no_task_of_the_log_is_set_aside_by_a_repair(
+    cli: Cli, make_run: MakeRun
+) -> None:
+    # Counted against the marker, it sent every command to a full check, for good: a repair
+    # rewrote the task files and left it there ("[repaired]", and the same finding after).
+    store = make_run()
+    start(store)
+    stray = store.paths.tasks_dir / "zz.json"
+    copy = json.loads(store.paths.task_file("plan").read_bytes())
+    stray.write_text(json.dumps({**copy, "id": "zz"}, indent=2) + "\n")
+
+    found = cli("doctor", store.run_id)
+    repaired = cli("doctor", store.run_id, "--repair")
+
+    assert found.code == 1 and "disagree" in found.out
+    assert repaired.code == 0 and "[repaired]" in repaired.out
+    assert not stray.exists() and len(list(store.paths.tasks_dir.glob("zz.json.corrupt-*"))) == 1
+    assert cli("doctor", store.run_id) == CliResult(0, "Checked 1 run: no problems found.\n", "")
+    assert RunStore(store.paths).load().clean  # the marker's count holds again
 
 
 def test_a_message_whose_event_is_lost_is_kept_by_a_repair(cli: Cli, make_run: MakeRun) -> None:

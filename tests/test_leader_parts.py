@@ -12,6 +12,7 @@ import selectors
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -853,7 +854,7 @@ def test_a_leaders_pending_keeps_a_carried_message_in_its_place(make_run: Any) -
     lean = RunStore(store.paths, lean_mail=True)
     pending = schedule.Pending(lean.place)
     for box in INBOUND_BOXES:
-        lean.follow_mail(box, pending.adopt)
+        lean.follow_mail(box, pending.adopt, partial(pending.forget, box))
     running = store.state().tasks["plan"]
     assert [m.id for m in pending.due(running)] == [second.id]
 

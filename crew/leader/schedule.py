@@ -9,7 +9,7 @@ from typing import Protocol
 from crew.domain import mailbox
 from crew.leader.signals import AgentState
 from crew.models import MailboxMessage, Task
-from crew.registry import Direction, MessageKind, MessageStatus, TaskStatus
+from crew.registry import Box, Direction, MessageKind, MessageStatus, TaskStatus
 from crew.store.state import RunState
 
 #: The most workers one transaction starts, and how long it goes on starting them (seconds).
@@ -140,6 +140,13 @@ class Pending:
             self._settled.raise_to(message.id, round_)
         elif round_ > self._settled.get(message.id, -1):
             waiting[message.id] = message
+
+    def forget(self, box: Box) -> None:
+        """A mailbox file is read again from its start: what it held may be gone (set aside by
+        a repair), so its messages wait only once read again."""
+        for waiting in self._by_task.values():
+            for message_id in [i for i, m in waiting.items() if m.kind.box is box]:
+                del waiting[message_id]
 
     def due(self, task: Task, *, answers_only_while_asking: bool = False) -> list[MailboxMessage]:
         """What the task's worker may be given now (see `deliverable`)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from crew import domain
 from crew.errors import StoreError
@@ -41,7 +42,7 @@ class RunView:
         self.pending = Pending(store.place, Rounds() if store.lean_mail else None)
         self._on_events = on_events
         for box in INBOUND_BOXES:
-            store.follow_mail(box, self.pending.adopt)
+            store.follow_mail(box, self.pending.adopt, partial(self.pending.forget, box))
         self._events = eventlog.Follower(store.paths.events, offset=events_from)
         #: Workers' latest output times (task id -> timestamp), not yet in their task files.
         self._output_times: dict[str, str] = {}

@@ -61,6 +61,9 @@ class MailboxFold:
         self._names: dict[tuple[Name, str], str] = {}
         #: Given each new state read (RunStore.follow_mail).
         self.listeners: list[Callable[[MailboxMessage], None]] = []
+        #: Called when the file is read again from its start (replaced: a repair set lines
+        #: aside), before its lines are given again: what a listener kept of it may be gone.
+        self.resets: list[Callable[[], None]] = []
 
     def current(self) -> Mapping[str, MailboxMessage]:
         """Every message's latest state, in first-seen order, after what was appended (a lean
@@ -69,6 +72,8 @@ class MailboxFold:
             poll = self._lines.poll(_CHUNK if self.lean else None)
             if poll.reset:
                 self._forget()
+                for reset in self.resets:
+                    reset()
             for record, start in zip(poll.records, poll.starts, strict=True):
                 message = self._take(record.root, start)
                 if message is not None:

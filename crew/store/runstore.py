@@ -156,14 +156,18 @@ class RunStore:
         if fold is not None:
             fold.wrote(start, lines, sizes)
 
-    def follow_mail(self, box: Box, listener: Callable[[MailboxMessage], None]) -> None:
+    def follow_mail(
+        self, box: Box, listener: Callable[[MailboxMessage], None], reset: Callable[[], None]
+    ) -> None:
         """Give `listener` each message's latest state now (a lean store's: those it keeps), then
-        each new state this store reads: one reading of the file serves both."""
+        each new state this store reads: one reading of the file serves both. `reset` is called
+        before the file is read again from its start (a repair replaced it)."""
         fold = self._fold_of(box)
         known = fold.current()
         for message in fold.kept() if fold.lean else known.values():
             listener(message)
         fold.listeners.append(listener)
+        fold.resets.append(reset)
 
     def place(self, message: MailboxMessage) -> int:
         """Where a message was first written in its mailbox file (after all, if not yet read)."""
@@ -443,6 +447,7 @@ class RunStore:
                 )
         if (recovery.unapplied and not recovery.full) or recovery.broken or recovery.mismatch:
             self.write_snapshots(recovery.state, tasks=True, run=True)
+            repairs.extend(self.snapshots.set_aside_strays(recovery.state.tasks))
         self.write_applied(recovery.last_seq, tasks=len(recovery.state.tasks))
         self.remember(recovery.state.copy())
         removed = snapshot.remove_leftovers(*self.temp_folders())

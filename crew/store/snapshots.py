@@ -11,7 +11,7 @@ any missing snapshot.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from crew.models import STATE_VERSION, Run, RunAdapter, Task, TaskList
 from crew.paths import RunPaths
 from crew.store import snapshot
 from crew.store.files import fsync_derived, make_dirs, read_bytes
-from crew.store.taskfiles import read_task_snapshots
+from crew.store.taskfiles import SUFFIX, read_task_snapshots, task_ids
 
 _TASK = TypeAdapter(Task)
 #: A snapshot found unreadable or missing, and why.
@@ -126,6 +126,18 @@ class Snapshots:
             data = snapshot.dump_model(model)
             snapshot.write_new(path, data, durable=durable)
             self._cache[path] = (data, model)
+
+    def set_aside_strays(self, known: Collection[str]) -> list[str]:
+        """Set aside the task files of no task in `known` (the state rebuilt from the log): a
+        file copied or made by hand, which every reader would otherwise count against the
+        marker. Returns what was repaired."""
+        repairs = []
+        for task_id in sorted((task_ids(self.paths.root) or set()) - set(known)):
+            moved = snapshot.quarantine(self.paths.tasks_dir / f"{task_id}{SUFFIX}")
+            repairs.append(
+                f"tasks/{task_id}.json holds no task of the run; set it aside as {moved.name}"
+            )
+        return repairs
 
     def _tasks(self, raw: dict[str, bytes], broken: list[Broken]) -> dict[str, Task]:
         found: dict[str, Task] = {}
