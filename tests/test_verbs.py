@@ -107,6 +107,22 @@ def test_a_second_respond_to_an_answered_question_is_refused(make_run: MakeRun) 
     assert [m.body for m in mailbox(store, Box.INBOX)] == ["first"]
 
 
+def test_respond_to_a_task_waiting_for_its_children_is_refused(make_run: MakeRun) -> None:
+    # It was accepted and delivered, and the SDK's spawn() left it queued for a later ask().
+    store = make_run()
+    start(store)
+    with change(store) as txn:
+        tasks.wait_for_children(txn, "plan", ["plan.1"])
+    before = snapshot_files(store.paths.root)
+
+    with pytest.raises(
+        Refused, match=re.escape("Task plan is waiting for its task(s) plan.1, not")
+    ):
+        verbs.respond(store, "plan", "hey", session=SESSION)
+    assert snapshot_files(store.paths.root) == before
+    assert verbs.steer(store, "plan", "but this", session=SESSION).message
+
+
 def test_a_selection_must_be_one_of_the_options(make_run: MakeRun) -> None:
     store = make_run()
     contact = ask(store, kind=ContactType.NEED_SELECTION, options=["postgres", "sqlite"])

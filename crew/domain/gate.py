@@ -221,6 +221,12 @@ def check_live(run: Run, what: str = "messages") -> None:
 
 def check_status(task: Task, verb: Verb) -> None:
     """Refuse a task whose status the verb cannot act on."""
+    if verb is RESPOND and task.waiting_for and task.contact is None:
+        raise Refused(
+            f"Task {task.id} is waiting for its task(s) {', '.join(task.waiting_for)}, not for "
+            "an answer: it asked nothing.",
+            hint="It runs again once they end; `crew steer` or `crew follow-up` reaches it.",
+        )
     if task.status in verb.allowed:
         return
     hint = None
