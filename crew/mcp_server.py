@@ -63,6 +63,14 @@ class CrewServer(MCPServer):
     usage error: one sentence naming each wrong argument, and the exit code's name."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        known = tool.parameters.get("properties", {}) if tool is not None else None
+        unknown = [key for key in arguments if known is not None and key not in known]
+        if unknown:  # the SDK drops them: a key misspelled would go unnoticed (once, twice…)
+            listed = ", ".join(repr(key) for key in unknown)
+            return tool_error(
+                UsageError(f"Invalid arguments for {name}: no such argument {listed}.")
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -346,6 +354,8 @@ def _as_tool(fn: Callable[..., Any]) -> Callable[..., CallToolResult]:
             return tool_error(error)
         except OSError as error:  # a read-only folder, a full disk: as the CLI reports it
             return tool_error(from_os_error(error))
+        except ValueError as error:  # what no path or command may hold (a NUL): a usage error
+            return tool_error(UsageError(f"Invalid arguments for {fn.__name__}: {error}."))
         if isinstance(result, dict):
             return _document(result)
         failure = result.failure()

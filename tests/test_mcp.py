@@ -186,6 +186,11 @@ BAD_CALLS = [
     ("respond", {"run": "latest", "task": "plan", "body": "x"}, "REFUSED", "Task plan is running: respond needs a task that is waiting for an answer (or flagged needs_review)."),
     ("steer", {"run": "{run}", "task": 7, "body": ["x"]}, "USAGE", "Invalid arguments for steer: task: Input should be a valid string; body: Input should be a valid string."),
     ("wait", {"run": "{run}", "timeout": 3600}, "USAGE", "Invalid arguments for wait: timeout: Input should be less than or equal to 60."),
+    # An argument no tool has was dropped: a key misspelled sent twice what a retry repeated.
+    ("steer", {"run": "{run}", "task": "plan", "body": "x", "idempotencyKey": "k1", "contactId": "q"}, "USAGE", "Invalid arguments for steer: no such argument 'idempotencyKey', 'contactId'."),
+    # What no path may hold was a traceback on the server's stderr, "Error executing tool".
+    ("start_run", {"crew_toml": "a\u0000b"}, "USAGE", "Invalid arguments for start_run: embedded null byte."),
+    ("start_run", {"timeout": "1\u0000s"}, "USAGE", "Invalid arguments for start_run: embedded null byte."),
 ]  # fmt: skip
 
 
@@ -320,3 +325,17 @@ def test_http_takes_host_and_port(cli: Callable[..., Any]) -> None:
     assert result.err == (
         "crew: error: --http: expected HOST:PORT such as 127.0.0.1:8765, got 'localhost'.\n"
     )
+
+
+def test_http_on_an_address_in_use_is_refused_as_crew_refuses(cli: Callable[..., Any]) -> None:
+    # The HTTP server said it in a log line of its own and exited 3, crew's code for a timeout.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        result = cli("mcp", "--http", f"127.0.0.1:{port}")
+
+    assert (result.code, result.out) == (1, "")
+    assert result.err.startswith(f"crew: error: crew mcp cannot listen on 127.0.0.1:{port}: ")
+    assert "Name another port" in result.err

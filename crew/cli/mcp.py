@@ -49,5 +49,29 @@ def mcp(
     if address is None:
         server.run("stdio")
     else:
+        _check_listen(*address)
         server.run("streamable-http", host=address[0], port=address[1])
     return 0
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse an address the server cannot listen on, as crew says so, before the HTTP server
+    (which reports it in a log line of its own and exits 3, crew's code for a timeout)."""
+    import socket
+
+    from crew.errors import CrewError, UsageError
+
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as error:
+        raise UsageError(f"--http: cannot resolve the host {host!r}: {error}.") from None
+    family, kind, proto, _, where = found[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            probe.bind(where)
+        except OSError as error:
+            raise CrewError(
+                f"crew mcp cannot listen on {host}:{port}: {error.strerror or error}.",
+                hint="Name another port (`--http HOST:PORT`), or stop what listens there.",
+            ) from None
