@@ -238,9 +238,18 @@ def spawn_line(agent: str, prompt: str, *, task_id: str | None = None, wait: boo
     request: dict[str, Any] = {"agent": agent, "prompt": prompt, "wait": wait}
     if task_id is not None:
         request["id"] = task_id
-    return f"@supervisor {ContactType.SPAWN}: " + _one_line_json(
-        json.dumps(request, ensure_ascii=False)
-    )
+    text = _one_line_json(json.dumps(request, ensure_ascii=False))
+    return readable(f"@supervisor {ContactType.SPAWN}: {text}")
+
+
+def readable(line: str) -> str:
+    """A line a worker is about to print, as it is: ValueError where the leader would take it
+    for malformed (parse_line's rules, the one place they are), so that the worker is told
+    and does not wait for what will never come."""
+    parsed = parse_line(line)
+    if isinstance(parsed, Malformed):
+        raise ValueError(f"crew would not read this line: {parsed.reason}")
+    return line
 
 
 def _malformed(reason: str, line: str) -> Malformed:
@@ -347,11 +356,13 @@ def one_line(text: str) -> str:
 def contact_line(kind: ContactType, prompt: str, options: list[str] | None = None) -> str:
     """The line a worker prints to ask (the inverse of parse_line for contacts)."""
     text = " ".join(one_line(prompt).split())
+    if any("[" in o or "]" in o for o in options or ()):
+        raise ValueError("An option may not hold '[' or ']': the options are read from brackets.")
     if options:
         text += (
             " [" + "|".join(" ".join(one_line(o).replace("|", "/").split()) for o in options) + "]"
         )
-    return f"@supervisor {kind}: {text}"
+    return readable(f"@supervisor {kind}: {text}")
 
 
 # ----------------------------------------------------------------------------- stdin frames
@@ -365,7 +376,7 @@ def checkpoint_line(state: Any) -> str:
             f"A checkpoint's state is limited to {MAX_CHECKPOINT} bytes of JSON, this one has "
             f"{size}: save large data in a file and checkpoint its path."
         )
-    return f"@supervisor {ContactType.CHECKPOINT}: {text}"
+    return readable(f"@supervisor {ContactType.CHECKPOINT}: {text}")
 
 
 def json_frame(message: MailboxMessage) -> bytes:

@@ -454,6 +454,40 @@ def test_bad_arguments_are_refused(h: Harness) -> None:
         h.worker.checkpoint()
 
 
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        (lambda w: w.ask("Type?", "need_selection", ["list[int]", "str"], 1), "may not hold '\\['"),
+        (
+            lambda w: w.ask("Which?", "need_selection", ["x" * 501], 1),
+            "an option of 501 characters",
+        ),
+        (lambda w: w.ask("Which?", "need_selection", list(map(str, range(101))), 1), "101 options"),
+        (lambda w: w.checkpoint(state=_deep(70)), "nested deeper than 64 levels"),
+        (lambda w: w.save(_deep(70)), "nested deeper than 64 levels"),
+    ],
+    ids=["brackets", "a long option", "too many options", "deep state", "deep save"],
+)
+def test_what_the_leader_would_not_read_is_refused_before_it_is_printed(
+    h: Harness, call: Callable[[Worker], object], why: str
+) -> None:
+    # Printed anyway, the leader recorded it as malformed: the ask waited for good for an
+    # answer no one could send, the checkpoint returned as if saved.
+    h.worker.begin("work")
+    before = h.lines()
+
+    with pytest.raises(ValueError, match=why):
+        call(h.worker)
+    assert h.lines() == before
+
+
 def test_outside_a_run_from_env_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CREW_RUN_ID", raising=False)
 
