@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic_core
@@ -377,6 +379,18 @@ def checkpoint_line(state: Any) -> str:
             f"{size}: save large data in a file and checkpoint its path."
         )
     return readable(f"@supervisor {ContactType.CHECKPOINT}: {text}")
+
+
+def read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> tuple[bool, Any]:
+    """Whether `$CREW_CHECKPOINT`'s file holds a state saved for `task_id`, and the state (a
+    saved None is None: crew's files leave null fields out). Missing or unreadable: not found."""
+    try:
+        saved = json.loads(Path(path).read_bytes()) if path is not None else None
+    except (OSError, ValueError, RecursionError):
+        return False, None
+    if not isinstance(saved, dict) or saved.get("taskId") != task_id:
+        return False, None
+    return True, saved.get("state")
 
 
 def json_frame(message: MailboxMessage) -> bytes:

@@ -31,12 +31,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from crew import env
 from crew.errors import CrewError, CrewTimeout
-from crew.protocol import Message, checkpoint_line, contact_line, spawn_line
+from crew.protocol import Message, checkpoint_line, contact_line, read_checkpoint, spawn_line
 from crew.protocol import is_children as _is_children
 from crew.protocol import parse_frame as _parse_frame
 from crew.protocol import priority_rank as _rank
@@ -119,7 +118,8 @@ class Worker:
         # Execution items set aside, oldest first, and how: preempt (acknowledged) or defer.
         self._set_aside: list[tuple[Message, DecisionAction]] = []
         # Read at the start: this attempt's own checkpoints later replace the same file.
-        self._restored = _read_checkpoint(checkpoint_file, task_id)
+        found, state = read_checkpoint(checkpoint_file, task_id)
+        self._restored = state if found else _NO_STATE
         self._seq = 0
         self._eof = False
         self._reader = threading.Thread(
@@ -207,11 +207,12 @@ class Worker:
         self._say(spawn_line(agent, prompt, task_id=task_id, wait=wait))
         if not wait:
             return None
+        request = (agent, task_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=f"spawned {agent} task")
-                told = next((e.message for e in self._queue if _is_children(e.message)), None)
+                told = next((e.message for e in self._queue if _child(e.message, request)), None)
                 if told is not None:
                     self._remove(told)
                     break
@@ -222,8 +223,7 @@ class Worker:
                     raise CrewTimeout(f"The spawned {agent} task did not end within {timeout:g}s.")
                 self._cond.wait(remaining)
         self._ack(told)
-        children = told.data.get(MessageData.CHILDREN) or [{}]
-        return dict(children[0])
+        return _child(told, request) or {}
 
     # ------------------------------------------------------------------ the attention loop
 
@@ -471,15 +471,16 @@ def _let_output_go(out: TextIO) -> None:
         os.close(devnull)
 
 
-def _read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> Any:
-    """The state in a checkpoint file (`_NO_STATE`: missing, unreadable, or another task's)."""
-    try:
-        saved = json.loads(Path(path).read_bytes()) if path is not None else None
-    except (OSError, ValueError, RecursionError):
-        return _NO_STATE
-    if not isinstance(saved, dict) or saved.get("taskId") != task_id:
-        return _NO_STATE
-    return saved.get("state")  # crew's files leave null fields out: a saved None has no key
+def _child(message: Message, request: tuple[str, str | None]) -> dict[str, Any] | None:
+    """What a children message says of the child a spawn asked for (its agent, and its id if
+    it named one): None when it is about others (another spawn's refusal, say)."""
+    agent, task_id = request
+    children = message.data.get(MessageData.CHILDREN) if _is_children(message) else None
+    for child in children or []:
+        named = isinstance(child, dict) and task_id in (None, child.get("id"))
+        if named and child.get("agent") == agent:
+            return dict(child)
+    return None
 
 
 def _rules(current: Message, new: Message) -> Decision:

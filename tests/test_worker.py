@@ -488,6 +488,30 @@ def test_what_the_leader_would_not_read_is_refused_before_it_is_printed(
     assert h.lines() == before
 
 
+def _told(h: Harness, *children: dict[str, Any]) -> None:
+    """A children message from the leader (crew/domain/adding.py `_tell`)."""
+    h.count += 1
+    frame = {"type": "followUp", "id": f"msg_{h.count:016x}", "body": "told", "priority": "normal",
+             "data": {"source": "children", "children": list(children)}}  # fmt: skip
+    os.write(h.write_end, json.dumps(frame).encode() + b"\n")
+
+
+def test_a_spawn_that_waits_takes_the_result_of_its_own_child(h: Harness) -> None:
+    # It took the first children message queued: another spawn's refusal, returned at once.
+    _told(h, {"id": None, "agent": "nosuch", "status": "refused", "error": "no such agent"})
+    h.wait_queued(1)
+    found: list[object] = []
+    spawning = threading.Thread(target=lambda: found.append(h.worker.spawn("c", "go")))
+    spawning.start()
+    _told(h, {"id": "t.1", "agent": "c", "status": "completed", "result": "done"})
+    spawning.join(timeout=10)
+
+    assert found == [{"id": "t.1", "agent": "c", "status": "completed", "result": "done"}]
+    h.worker.begin("work")
+    left = h.worker.next(timeout=5)  # the refusal is still the worker's to see
+    assert left is not None and left.data["children"][0]["agent"] == "nosuch"
+
+
 def test_outside_a_run_from_env_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CREW_RUN_ID", raising=False)
 
