@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -38,6 +40,9 @@ from crew.waiting import Until, wait_for_run
 
 #: The longest a `wait` call blocks: a tool call is a request a client holds open.
 MAX_WAIT = 60.0
+#: How many calls of `wait` may block at once, each on a thread of its own: on the threads the
+#: other tools run on (anyio's 40), forty of them held every other call up, any client's.
+MAX_WAITS = 200
 #: The most events one `events` call returns (the cursor pages through the rest).
 MAX_EVENTS = 500
 
@@ -111,7 +116,8 @@ def build_server(home: Home, *, session: str | None, read_only: bool) -> MCPServ
         if read_only and name not in READING:
             continue
         hint = ToolAnnotations(read_only_hint=name in READING, open_world_hint=False)
-        server.add_tool(_as_tool(tool), name=name, annotations=hint)
+        made = _waiting(_as_tool(tool)) if name == "wait" else _as_tool(tool)
+        server.add_tool(made, name=name, annotations=hint)
     _resources(server, crew)
     return server
 
@@ -364,6 +370,22 @@ def _as_tool(fn: Callable[..., Any]) -> Callable[..., CallToolResult]:
     signature = inspect.signature(fn, eval_str=True)
     call.__signature__ = signature.replace(return_annotation=CallToolResult)  # type: ignore[attr-defined]  # read by the SDK
     return call
+
+
+def _waiting(call: Callable[..., CallToolResult]) -> Callable[..., Any]:
+    """A tool that blocks (`wait`) on threads of its own, let go of as soon as its client
+    cancels the call or goes (the thread ends at the wait's timeout: it only reads)."""
+    limiter: list[anyio.CapacityLimiter] = []  # made in the server's event loop, once
+
+    @functools.wraps(call)
+    async def waiting(**arguments: Any) -> CallToolResult:
+        if not limiter:
+            limiter.append(anyio.CapacityLimiter(MAX_WAITS))
+        blocking = functools.partial(call, **arguments)
+        return await anyio.to_thread.run_sync(blocking, limiter=limiter[0], abandon_on_cancel=True)
+
+    waiting.__signature__ = inspect.signature(call)  # type: ignore[attr-defined]  # read by the SDK
+    return waiting
 
 
 def _document(document: Any) -> CallToolResult:

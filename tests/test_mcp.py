@@ -339,3 +339,27 @@ def test_http_on_an_address_in_use_is_refused_as_crew_refuses(cli: Callable[...,
     assert (result.code, result.out) == (1, "")
     assert result.err.startswith(f"crew: error: crew mcp cannot listen on 127.0.0.1:{port}: ")
     assert "Name another port" in result.err
+
+
+def test_calls_that_wait_never_hold_up_the_other_tools(make_run: MakeRun) -> None:
+    # On the threads every tool runs on (40), 45 waits held a status call up until they ended.
+    from crew.domain import lease
+
+    store = make_run()
+    start(store)  # a run that goes on, led by this process: each wait lasts its whole timeout
+    lease.write_lease(store.paths, lease.new_lease(SESSION, 0))
+
+    async def scenario() -> None:
+        async with client() as mcp:
+            arguments = {"run": store.run_id, "until": "done", "timeout": 30}
+            waits = [asyncio.create_task(mcp.call_tool("wait", arguments)) for _ in range(45)]
+            await asyncio.sleep(1)  # their calls reach the server first
+            shown = await call(mcp, "status", run=store.run_id)
+            assert shown["run"]["runId"] == store.run_id
+            assert not any(wait.done() for wait in waits)
+            for wait in waits:
+                wait.cancel()
+
+    started = time.monotonic()
+    run(scenario)
+    assert time.monotonic() - started < 25  # neither the calls nor the server's exit waited

@@ -51,7 +51,21 @@ def mcp(
     else:
         _check_listen(*address)
         server.run("streamable-http", host=address[0], port=address[1])
+    _leave_waits()
     return 0
+
+
+def _leave_waits() -> None:
+    """The server has stopped: a `wait` its client left still holds a thread until its timeout
+    (up to a minute), which the interpreter would join at exit. It only reads: leave it."""
+    import os
+    import sys
+    import threading
+
+    if threading.active_count() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _check_listen(host: str, port: int) -> None:
