@@ -1,25 +1,13 @@
-"""The worker SDK: the crew protocol and an attention loop for Python workers.
-
-    from crew.worker import Worker
-
-    worker = Worker.from_env()
-    db = worker.ask("Which database?", kind="need_selection", options=["postgres", "sqlite"])
-    while (item := worker.next(timeout=60)) is not None:
-        for step in plan(item.body):
-            do(step)
-            decision = worker.checkpoint()          # a safe point to be interrupted
-            if decision.action in {"preempt", "cancel"}:
-                break                               # worker.focus is now the new item
-        worker.done("ok")
+"""The worker SDK: the crew protocol and an attention loop for Python workers (docs/sdk.md).
 
 One focus at a time: `next()` hands out the most urgent queued message (respond > steer > nudge >
 followUp, first come first served within each), `checkpoint()` decides what to do about anything
 that arrived meanwhile (`checkpoint(state=…)` also saves progress for the next attempt's
-`restored()`), `done()` ends the focus. Follow-ups that queue up are merged into one; an item
-that was ever the focus or deferred never is: it comes back whole, in the order it was set aside.
-Nudges are answered with a status report without breaking focus. Every decision is printed as an
-`@supervisor decision:` line, so it lands in the run's event log. The rules are in
-docs/attention.md.
+`restored()`), `done()` ends the focus; `ask()` blocks for the answer to its own question.
+Follow-ups that queue up are merged into one; an item that was ever the focus or deferred never
+is: it comes back whole, in the order it was set aside. Nudges are answered with a status
+report without breaking focus. Every decision is printed as an `@supervisor decision:` line, so
+it lands in the run's event log. The rules are in docs/attention.md.
 """
 
 from __future__ import annotations
@@ -172,12 +160,14 @@ class Worker:
             raise ValueError("ask kind must be need_input, need_confirmation or need_selection")
         if contact is ContactType.NEED_SELECTION and not options:
             raise ValueError("need_selection needs options")
+        with self._cond:
+            asked_after = self._seq  # an answer queued before the question is an earlier one's
         self._say(contact_line(contact, prompt, options))
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=prompt)
-                answer = self._take(MessageKind.RESPOND)
+                answer = self._take(MessageKind.RESPOND, after=asked_after)
                 if answer is not None:
                     break
                 if self._eof:
@@ -376,9 +366,9 @@ class Worker:
         while (left := end - time.monotonic()) > 0 and not self._eof:
             self._cond.wait(left)
 
-    def _take(self, kind: MessageKind) -> Message | None:
+    def _take(self, kind: MessageKind, *, after: int = 0) -> Message | None:
         for entry in sorted(self._queue):
-            if entry.message.kind is kind:
+            if entry.message.kind is kind and entry.seq > after:
                 self._queue.remove(entry)
                 return entry.message
         return None

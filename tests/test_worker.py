@@ -378,6 +378,27 @@ def test_ask_answers_nudges_while_it_waits(h: Harness) -> None:
     assert "@supervisor status: waiting for an answer to: Proceed?" in h.lines()
 
 
+def test_ask_takes_the_answer_to_its_own_question_not_one_queued_before_it(h: Harness) -> None:
+    # An answer to a question asked before (given up on: timed out) was queued, and the next
+    # ask returned it at once, though it was no option of its own.
+    with pytest.raises(CrewTimeout):
+        h.worker.ask("Q1?", timeout=0.1)
+    h.send("respond", "forty-two")  # the answer to Q1, late
+    answered: list[str] = []
+    asking = threading.Thread(
+        target=lambda: answered.append(h.worker.ask("Q2?", "need_selection", ["red", "blue"]))
+    )
+    asking.start()
+    eventually(lambda: "@supervisor need_selection: Q2? [red|blue]" in h.lines())
+    assert not answered
+    h.send("respond", "red", wait=False)  # taken at once by the ask
+    asking.join(timeout=10)
+
+    assert answered == ["red"]
+    late = h.worker.next(timeout=5)  # the late answer is still the worker's to see
+    assert late is not None and late.body == "forty-two"
+
+
 def test_ask_gives_up_after_its_timeout(h: Harness) -> None:
     with pytest.raises(CrewTimeout, match=r"No answer to 'x' within 0\.1s"):
         h.worker.ask("x", timeout=0.1)
