@@ -322,7 +322,8 @@ def add_task(
     worker = actor.worker
     if parent is None and worker is not None and worker.run_id == store.run_id:
         parent = worker.task_id  # a worker's task is the parent of what it adds
-    request = adding.NewTask(agent, prompt, task_id, tuple(depends_on), parent, title)
+    deps = tuple(dict.fromkeys(depends_on))  # a task named twice is one dependency
+    request = adding.NewTask(agent, prompt, task_id, deps, parent, title)
     adding.check_request(request)
     with domain.change(store) as txn:
         overridden = gate.admit(txn, actor, "add", force=force)

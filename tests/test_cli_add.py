@@ -143,6 +143,19 @@ def test_a_task_added_after_a_failed_dependency_is_cancelled(cli: Cli, make_run:
     assert state.run.status is RunStatus.RUNNING  # `other` is still queued
 
 
+def test_a_dependency_named_twice_is_kept_once_both_ways(cli: Cli, make_run: MakeRun) -> None:
+    # Kept as given: 100,000 times the same task made a 1.3 MB task file and event line.
+    store = make_run()
+    home = str(store.paths.home.root)
+    twice = ("--depends-on", "plan", "--depends-on", "plan", "--depends-on", "plan", "x")
+
+    quick = ["add", "latest", "--agent", "coder", "--id", "quick", *twice, "--home", home]
+    assert fast.fast(quick) == 0  # handed to the command's body, which keeps one
+    assert cli("add", "latest", "--agent", "coder", "--id", "late", *twice).code == 0
+    assert store.state().tasks["quick"].depends_on == ["plan"]
+    assert store.state().tasks["late"].depends_on == ["plan"]
+
+
 def test_a_replayed_idempotency_key_returns_the_first_task_and_writes_nothing(
     cli: Cli, make_run: MakeRun
 ) -> None:

@@ -45,6 +45,8 @@ def add(call: Call, prompt: str) -> int:
     depends_on = call.lists.get("--depends-on", [])
     if "--force" in call.options or (key is not None and not people.plain_text_id(key)):
         raise Fallback
+    if len(set(depends_on)) != len(depends_on):
+        raise Fallback  # one named twice: the full command keeps it once
     if not all(map(is_task_id, [*depends_on, *([asked] if asked is not None else [])])):
         raise Fallback  # a usage error to explain
     if not _fits(prompt, MAX_TASK_PROMPT) or (title is not None and not _fits(title, MAX_TITLE)):
