@@ -235,7 +235,10 @@ def _tools(crew: Crew) -> dict[str, Callable[..., Any]]:
     def start_run(
         crew_toml: Annotated[
             str | None,
-            Field(description="The crew definition, relative to the project (default: crew.toml)."),
+            Field(
+                description="The crew definition, relative to the project or else to the crew "
+                "home (default: the home's crew.toml)."
+            ),
         ] = None,
         max_parallel: Annotated[
             int | None, Field(ge=1, description="Run at most this many tasks at once.")
@@ -325,6 +328,9 @@ def _start_run(
         path = (project / crew_toml).resolve()
         if not path.is_relative_to(project):
             raise UsageError(f"crew_toml {crew_toml!r} is outside the project folder {project}.")
+        in_home = (crew.home.root / crew_toml).resolve()  # where `crew init` keeps crew.toml
+        if not path.exists() and in_home.exists() and in_home.is_relative_to(project):
+            path = in_home
         args.append(str(path))
     if max_parallel is not None:
         args += ["--max-parallel", str(max_parallel)]

@@ -363,3 +363,17 @@ def test_calls_that_wait_never_hold_up_the_other_tools(make_run: MakeRun) -> Non
     started = time.monotonic()
     run(scenario)
     assert time.monotonic() - started < 25  # neither the calls nor the server's exit waited
+
+
+def test_start_run_finds_crew_toml_where_crew_init_puts_it(home: Home) -> None:
+    # "crew.toml" was looked for in the project folder alone: "no such file", in the layout
+    # `crew init` makes (and the docs' own example).
+    write_crew(home.root, [{"id": "one", "prompt": "exit:0"}])
+
+    async def scenario() -> None:
+        async with client() as mcp:
+            started = await call(mcp, "start_run", crew_toml="crew.toml")
+            waited = await call(mcp, "wait", run=started["runId"], until="done", timeout=60)
+            assert waited["tasks"][0]["status"] == "completed"
+
+    run(scenario)
