@@ -377,3 +377,28 @@ def test_start_run_finds_crew_toml_where_crew_init_puts_it(home: Home) -> None:
             assert waited["tasks"][0]["status"] == "completed"
 
     run(scenario)
+
+
+def test_http_that_others_may_reach_says_who_they_act_as(home: Home) -> None:
+    # Served on every address with no authentication, and nothing said so.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "CREW_SESSION_ID": SESSION}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "crew", "mcp", "--http", f"0.0.0.0:{port}"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert server.stderr is not None
+        said = server.stderr.readline().decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    assert said == (
+        f"crew: warning: serving 0.0.0.0 with no authentication: whoever can reach it acts as "
+        f"{SESSION} (serve on 127.0.0.1, or behind something that authenticates)\n"
+    )

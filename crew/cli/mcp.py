@@ -50,6 +50,7 @@ def mcp(
         server.run("stdio")
     else:
         _check_listen(*address)
+        _warn_if_reachable(address[0], session)
         server.run("streamable-http", host=address[0], port=address[1])
     _leave_waits()
     return 0
@@ -66,6 +67,21 @@ def _leave_waits() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _warn_if_reachable(host: str, session: str | None) -> None:
+    """Say so when others may reach the server: it has no authentication, and the SDK guards
+    against DNS rebinding only on 127.0.0.1, localhost and ::1."""
+    if host in {"127.0.0.1", "localhost", "::1"}:
+        return
+    from crew.render import warn
+    from crew.session import current_actor
+
+    who = current_actor(session).owner_name
+    warn(
+        f"serving {host} with no authentication: whoever can reach it acts as {who} "
+        "(serve on 127.0.0.1, or behind something that authenticates)"
+    )
 
 
 def _check_listen(host: str, port: int) -> None:
