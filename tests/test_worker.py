@@ -24,6 +24,7 @@ from crew.models import Checkpoint
 from crew.paths import Home
 from crew.protocol import MAX_CHECKPOINT, CheckpointRecord, parse_line
 from crew.registry import TaskStatus
+from crew.store.runstore import RunStore
 from crew.store.snapshot import dump_model
 from crew.worker import Decision, LeaderGone, Message, NotInRun, Worker
 
@@ -761,6 +762,16 @@ def test_from_env_finds_the_checkpoint_the_leader_names(
         os.close(read_end)
 
 
+def _led(tmp_path: Path, home: Home, script: str) -> tuple[Leader, RunStore]:
+    """A run of one task `t` whose worker is `script`, led by a real `crew run`."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(script)
+    command = ["{python}", str(worker), "{prompt}"]
+    write_crew(tmp_path, [{"id": "t", "prompt": "compile"}], command=command)
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    return leader, store_of(home, leader.run_id)
+
+
 SAVER = """
 import json, sys
 from crew.worker import LeaderGone, Worker
@@ -782,12 +793,7 @@ worker.done("compiled")
 def test_a_checkpoint_survives_kill_9_and_resume_gives_it_to_the_next_attempt(
     tmp_path: Path, home: Home
 ) -> None:
-    saver = tmp_path / "saver.py"
-    saver.write_text(SAVER)
-    command = ["{python}", str(saver), "{prompt}"]
-    write_crew(tmp_path, [{"id": "t", "prompt": "compile"}], command=command)
-    leader = Leader("run", "crew.toml", cwd=tmp_path)
-    store = store_of(home, leader.run_id)
+    leader, store = _led(tmp_path, home, SAVER)
     saved = eventually(lambda: store.checkpoint("t"), timeout=20)
     assert saved.attempt == 1 and saved.state == {"done": ["parser", "lexer"], "note": "naïve ✓"}
 
@@ -828,12 +834,7 @@ def test_the_progress_a_worker_saves_as_its_leader_stops_goes_to_the_next_attemp
 ) -> None:
     # A stopping leader logged what its workers printed and recorded nothing of it: the
     # checkpoint saved in the `except LeaderGone` the docs show was lost.
-    leaver = tmp_path / "leaver.py"
-    leaver.write_text(LEAVER)
-    command = ["{python}", str(leaver), "{prompt}"]
-    write_crew(tmp_path, [{"id": "t", "prompt": "compile"}], command=command)
-    leader = Leader("run", "crew.toml", cwd=tmp_path)
-    store = store_of(home, leader.run_id)
+    leader, store = _led(tmp_path, home, LEAVER)
     assert eventually(lambda: store.checkpoint("t"), timeout=20).state == {"step": 1}
 
     leader.process.send_signal(stop)
