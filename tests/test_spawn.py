@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from leaders import WORKER, Leader, eventually, store_of, toml_value
+from leaders import WORKER, Leader, eventually, store_of, toml_value, write_crew
 
 from crew.models import Event
 from crew.paths import Home
@@ -120,6 +120,56 @@ def test_a_spawn_its_agent_may_not_make_is_refused_and_the_worker_told(
     log = store.paths.log("parent").read_text()
     assert '"status": "refused"' in log
     assert 'Task parent may not add tasks: add \\"spawn\\" to `may` in [agents.lead].' in log
+
+
+NAMING_PARENT = """
+import os, sys, time
+from crew.worker import Worker
+
+worker = Worker.from_env()
+if sys.argv[1] == "parent":
+    told = worker.spawn("w", "child work", task_id="kid")
+    print(f"attempt {worker.attempt} told {told['status']}: {told.get('result')}", flush=True)
+    sys.exit(0 if told["status"] == "completed" else 1)
+while not os.path.exists(os.environ["GO_ON"]):  # held until the leader has been killed
+    time.sleep(0.05)
+worker.report("the child built it")
+"""
+
+
+def test_a_spawn_a_new_attempt_asks_again_waits_for_the_same_child(
+    tmp_path: Path, home: Home
+) -> None:
+    # After `kill -9` and `crew resume`, the parent's new attempt spawned its named child again
+    # and was refused ("already has a task 'kid'"): it never heard of the child's result.
+    script = tmp_path / "naming.py"
+    script.write_text(NAMING_PARENT)
+    go_on = tmp_path / "go-on"
+    write_crew(
+        tmp_path,
+        [{"id": "par", "prompt": "parent"}],
+        command=["{python}", str(script), "{prompt}"],
+        agent={"may": ["spawn"], "env": {"GO_ON": str(go_on)}},
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks.get("kid"), timeout=20)
+    eventually(lambda: store.state().tasks["par"].waiting_for == ["kid"], timeout=20)
+
+    leader.process.kill()  # SIGKILL: the parent waits, the child is held
+    leader.finish()
+    go_on.touch()
+    resumed = Leader("resume", leader.run_id, cwd=tmp_path)
+    assert resumed.finish(timeout=60) == 0, resumed.err
+
+    state = store.state()
+    assert sorted(state.tasks) == ["kid", "par"]
+    assert state.tasks["par"].status is TaskStatus.COMPLETED
+    assert "attempt 2 told completed: the child built it" in store.paths.log("par").read_text()
+    refusals = [
+        e for e in jsonl.read(store.paths.events, Event).records if e.type is EventType.AGENT_ERROR
+    ]
+    assert refusals == []
 
 
 @pytest.mark.parametrize(

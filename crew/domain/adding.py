@@ -178,6 +178,10 @@ def spawn(txn: Txn, parent: str, request: SpawnRequest) -> Task | None:
     told in a children message (so a worker that waits for the child is not left waiting)."""
     task = txn.task(parent)
     new = NewTask(request.agent, request.prompt, request.task_id, parent=parent)
+    again = txn.state.tasks.get(request.task_id or "")
+    asked = (parent, request.agent, request.prompt)
+    if again is not None and (again.parent, again.agent, again.prompt) == asked:
+        return _again(txn, parent, again, wait=request.wait)
     try:
         if WorkerRight.SPAWN not in txn.run.config.agents[task.agent].may:
             raise Refused(
@@ -196,6 +200,17 @@ def spawn(txn: Txn, parent: str, request: SpawnRequest) -> Task | None:
         _tell(txn, parent, [{**refused, "error": error.message}], f"Refused: {error.message}")
         return None
     if request.wait and not child.status.terminal:
+        tasks.wait_for_children(txn, parent, [child.id])
+    return child
+
+
+def _again(txn: Txn, parent: str, child: Task, *, wait: bool) -> Task:
+    """A spawn asked again for the child it names, which an earlier attempt of `parent` made
+    (the leader was gone, the attempt failed): the same child, waited for (or told of) again,
+    never a second one nor a refusal."""
+    if wait and child.status.terminal:
+        _tell(txn, parent, [_result(txn, child)], f"Your task {child.id} has ended.")
+    elif wait:
         tasks.wait_for_children(txn, parent, [child.id])
     return child
 

@@ -162,6 +162,7 @@ def requeue(txn: Txn, task_id: str, why: str, **changes: Any) -> Task:
     if task.max_attempts > 1:
         why = f"{why} (failed attempt {failures} of {task.max_attempts})"
     changes["failures"] = failures
+    changes["waiting_for"] = []  # the next attempt spawns what it waits for again
     # The next attempt starts a new agent session: resuming the one that failed (a session the
     # agent lost, a conversation gone wrong) would most likely fail again the same way.
     changes["session"] = None
@@ -202,6 +203,7 @@ def interrupt(txn: Txn, task_id: str, why: str) -> Task:
         message=f"task {task_id}'s attempt {task.attempt} was interrupted ({why}): queued again",
         **_NO_QUESTION,
         nudges=0,
+        waiting_for=[],  # the next attempt spawns what it waits for again
     )
 
 
