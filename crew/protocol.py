@@ -11,6 +11,7 @@ A line whose first non-blank content (after ANSI escapes are stripped) is
     @supervisor decision: {"action": "preempt", "item": "msg_…"}
     @supervisor checkpoint: {"done": ["parser", "lexer"], "next": "tests"}
     @supervisor spawn: {"agent": "coder", "prompt": "Write the tests", "wait": true}
+    @supervisor withdraw: no answer within 30s, going on with sqlite
 
 Anything else is plain output.
 """
@@ -19,16 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
-from crew.registry import ContactType, MessageData, MessageKind, MessageSource, Priority
-from crew.text import clip, first_line, short
+from crew.registry import ContactType
+from crew.text import clip, short
 
 if TYPE_CHECKING:
     from crew.models import MailboxMessage
@@ -159,6 +158,14 @@ class SpawnRequest:
 
 
 @dataclass(frozen=True)
+class Withdrawn:
+    """The worker (or its agent) took its open question back: the task no longer waits for an
+    answer."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Malformed:
     """Starts with @supervisor but does not parse, or says more than crew keeps: kept as plain
     output, and counted. `excerpt`: the start of the line, on one line."""
@@ -167,7 +174,16 @@ class Malformed:
     excerpt: str = ""
 
 
-Parsed = Contact | Report | Ack | DecisionRecord | CheckpointRecord | SpawnRequest | Malformed
+Parsed = (
+    Contact
+    | Report
+    | Ack
+    | DecisionRecord
+    | CheckpointRecord
+    | SpawnRequest
+    | Withdrawn
+    | Malformed
+)
 
 
 def strip_ansi(text: str) -> str:
@@ -201,6 +217,8 @@ def parse_line(line: str) -> Parsed | None:
         return _contact(kind, rest, text)
     if kind.report:
         return Report(kind, rest[:MAX_PROMPT])
+    if kind is ContactType.WITHDRAW:
+        return Withdrawn(rest[:MAX_PROMPT])
     if kind is ContactType.ACK:
         if _MESSAGE_ID_RE.match(rest) is None:
             return _malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}", text)
@@ -242,6 +260,11 @@ def spawn_line(agent: str, prompt: str, *, task_id: str | None = None, wait: boo
         request["id"] = task_id
     text = _one_line_json(json.dumps(request, ensure_ascii=False))
     return readable(f"@supervisor {ContactType.SPAWN}: {text}")
+
+
+def withdraw_line(reason: str = "") -> str:
+    """The line a worker prints to take its open question back (the inverse of parse_line)."""
+    return readable(f"@supervisor {ContactType.WITHDRAW}: {' '.join(one_line(reason).split())}")
 
 
 def readable(line: str) -> str:
@@ -381,18 +404,6 @@ def checkpoint_line(state: Any) -> str:
     return readable(f"@supervisor {ContactType.CHECKPOINT}: {text}")
 
 
-def read_checkpoint(path: str | os.PathLike[str] | None, task_id: str) -> tuple[bool, Any]:
-    """Whether `$CREW_CHECKPOINT`'s file holds a state saved for `task_id`, and the state (a
-    saved None is None: crew's files leave null fields out). Missing or unreadable: not found."""
-    try:
-        saved = json.loads(Path(path).read_bytes()) if path is not None else None
-    except (OSError, ValueError, RecursionError):
-        return False, None
-    if not isinstance(saved, dict) or saved.get("taskId") != task_id:
-        return False, None
-    return True, saved.get("state")
-
-
 def json_frame(message: MailboxMessage) -> bytes:
     """A message as one JSON line: `{"type","id","body","priority","data"}`."""
     frame = {
@@ -429,65 +440,3 @@ def sanitize_text(body: str) -> str:
 def text_frame(message: MailboxMessage) -> bytes:
     """A message as one plain line (lossy by design; JSON frames carry exact bodies)."""
     return sanitize_text(message.body).encode("utf-8", errors="replace") + b"\n"
-
-
-# ----------------------------------------------------------------------------- frames, as read
-
-#: What a worker can be given, in the order it takes them: respond, steer, nudge, followUp.
-WORKER_INBOUND = frozenset(
-    {MessageKind.RESPOND, MessageKind.STEER, MessageKind.NUDGE, MessageKind.FOLLOW_UP}
-)
-
-
-@dataclass
-class Message:
-    """A message a worker was given (the SDK's view of a frame)."""
-
-    id: str
-    kind: MessageKind
-    body: str
-    priority: str = Priority.NORMAL
-    data: dict[str, Any] = field(default_factory=dict)
-    #: Ids of messages merged into this one (it stands for all of them).
-    merged: list[str] = field(default_factory=list)
-
-    @property
-    def summary(self) -> str:
-        """The first line of the body, with `(+N)` when N more messages were merged in."""
-        first = first_line(self.body)
-        return f"{first} (+{len(self.merged)})" if self.merged else first
-
-    @property
-    def ids(self) -> list[str]:
-        return [self.id, *self.merged]
-
-
-def is_children(message: Message) -> bool:
-    """Whether a message holds the results of spawned tasks (never merged: `spawn` takes it)."""
-    return message.data.get(MessageData.SOURCE) == MessageSource.CHILDREN
-
-
-def priority_rank(priority: str) -> int:
-    """How urgent a priority a frame named is (unknown ones count as low)."""
-    try:
-        return Priority(priority).rank
-    except ValueError:
-        return 0
-
-
-def parse_frame(line: bytes) -> Message | None:
-    try:
-        frame = json.loads(line)
-        kind = MessageKind(frame["type"])
-    except (ValueError, KeyError, TypeError):
-        return None  # not a frame (a text-mode line, or noise): ignored
-    if kind not in WORKER_INBOUND:
-        return None
-    data = frame.get("data")
-    return Message(
-        id=str(frame.get("id", "")),
-        kind=kind,
-        body=str(frame.get("body", "")),
-        priority=str(frame.get("priority", Priority.NORMAL)),
-        data=data if isinstance(data, dict) else {},
-    )

@@ -166,6 +166,7 @@ class ContactType(StrEnum):
     DECISION = "decision"
     CHECKPOINT = "checkpoint"
     SPAWN = "spawn"  # add a task to the run, as this task's child (`wait`: until it ends)
+    WITHDRAW = "withdraw"  # the worker takes its open question back: it no longer waits
 
     @property
     def blocking(self) -> bool:

@@ -23,10 +23,11 @@ from typing import Any, TextIO
 
 from crew import env
 from crew.errors import CrewError, CrewTimeout
-from crew.protocol import Message, checkpoint_line, contact_line, read_checkpoint, spawn_line
-from crew.protocol import is_children as _is_children
-from crew.protocol import parse_frame as _parse_frame
-from crew.protocol import priority_rank as _rank
+from crew.frames import Message, read_checkpoint
+from crew.frames import is_children as _is_children
+from crew.frames import parse_frame as _parse_frame
+from crew.frames import priority_rank as _rank
+from crew.protocol import checkpoint_line, contact_line, spawn_line, withdraw_line
 from crew.registry import (
     REDIRECTING_DECISIONS,
     REPORT_CONTACTS,
@@ -153,7 +154,9 @@ class Worker:
         """Ask the supervisor and block until the answer comes; returns its body.
 
         Everything else that arrives meanwhile is queued for later (nudges are answered).
-        Raises LeaderGone at end of input, CrewTimeout after `timeout` seconds.
+        Raises LeaderGone at end of input; CrewTimeout after `timeout` seconds, the question
+        taken back first (the task runs again; an answer given just before is queued, a kind
+        `respond` message for `next()`).
         """
         contact = ContactType(kind)
         if not contact.blocking:
@@ -174,6 +177,7 @@ class Worker:
                     raise LeaderGone(f"stdin closed while waiting for an answer to {prompt!r}.")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
+                    self._say(withdraw_line(f"no answer within {timeout:g}s"))
                     raise CrewTimeout(f"No answer to {prompt!r} within {timeout:g}s.")
                 self._cond.wait(remaining)
         self._ack(answer)

@@ -15,13 +15,13 @@ from leaders import Leader, eventually
 
 import crew
 from crew import verbs
-from crew.adapters.base import AgentError, SessionStarted, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, SessionStarted, TurnEnd
 from crew.adapters.codex import CodexAdapter
 from crew.adapters.wire import SESSION_OPTIONS, continuation
 from crew.config import AgentConfig
 from crew.models import Task
 from crew.paths import Home
-from crew.protocol import Contact
+from crew.protocol import Contact, Withdrawn
 from crew.registry import (
     Box,
     ContactType,

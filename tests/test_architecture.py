@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.paths",
         "crew.session",
         "crew.protocol",
+        "crew.frames",
     ),
     "store": ("crew.store",),
     "domain": ("crew.domain",),
@@ -68,7 +69,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 #: The worker SDK runs inside workers: it needs the protocol and nothing of the leader's side.
 SDK = "crew.worker"
-SDK_MAY_IMPORT = ("base", "crew.protocol")
+SDK_MAY_IMPORT = ("base", "crew.protocol", "crew.frames")
 #: The store's primitives know bytes, files and locks: nothing of crew above the base.
 STORE_PRIMITIVES = ("exchange", "files", "jsonl", "lock", "snapshot", "watch")
 #: The package itself: its public names load lazily; anything may read `crew.__version__`.

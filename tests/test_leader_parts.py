@@ -20,15 +20,16 @@ import pytest
 from conftest import SESSION, config
 
 from crew import ids, verbs
-from crew.adapters.base import AgentError, Signal, TurnEnd, Withdrawn
+from crew.adapters.base import AgentError, Signal, TurnEnd
 from crew.config import AutoRespondRule
-from crew.domain import change, mailbox, tasks
+from crew.domain import budget, change, mailbox, tasks
+from crew.domain.budget import Reached
 from crew.leader import autorespond, schedule, signals
 from crew.leader.signals import MALFORMED_EVENTS, AgentState
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import MAX_LINE, LineSplitter
 from crew.models import MailboxMessage, SupervisorContact, Task
-from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report
+from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report, Withdrawn
 from crew.registry import (
     INBOUND_BOXES,
     LEADER,
@@ -41,6 +42,7 @@ from crew.registry import (
     MessageKind,
     MessageSource,
     MessageStatus,
+    RunStatus,
     TaskStatus,
     WatcherKind,
 )
@@ -230,6 +232,37 @@ def test_a_withdrawn_question_lets_the_task_run_again(make_run: MakeRun) -> None
     [event] = store.events().records[before:]
     assert event.type is EventType.SUPERVISOR_WITHDRAWN
     assert event.data is not None and event.data[EventData.CONTACT_ID] == contact.id
+
+
+def test_a_question_withdrawn_once_flagged_clears_the_flag(make_run: MakeRun) -> None:
+    # Flagged for waiting too long, the task kept its question: a worker that then gave up on
+    # it (the SDK's ask timed out) left the task flagged, its question answerable, for ever.
+    store = make_run()
+    ask(store)
+    with change(store) as txn:
+        tasks.flag(txn, "plan", "waited over 30m for an answer")
+    assert store.state().run.status is RunStatus.NEEDS_REVIEW
+
+    hear(store, Withdrawn("no answer within 1800s"))
+
+    task = store.state().tasks["plan"]
+    assert task.status is TaskStatus.RUNNING and task.contact is None and task.error is None
+    assert store.state().run.status is RunStatus.RUNNING
+
+
+def test_the_question_crew_asks_at_a_limit_is_not_the_workers_to_withdraw(
+    make_run: MakeRun,
+) -> None:
+    store = make_run()
+    start(store)
+    with change(store) as txn:
+        crews = budget.pause(txn, "plan", Reached("maxTurns", 3, 3), interrupted=False)
+    before = seen(store)
+
+    hear(store, Withdrawn("never mind"))
+
+    assert store.state().tasks["plan"].contact == crews
+    assert event_types(store, before) == []
 
 
 @pytest.mark.parametrize("fatal", [True, False])

@@ -22,7 +22,7 @@ from crew import env
 from crew.errors import CrewError, CrewTimeout
 from crew.models import Checkpoint
 from crew.paths import Home
-from crew.protocol import MAX_CHECKPOINT, CheckpointRecord, parse_line
+from crew.protocol import MAX_CHECKPOINT, CheckpointRecord, Withdrawn, parse_line
 from crew.registry import TaskStatus
 from crew.store.runstore import RunStore
 from crew.store.snapshot import dump_model
@@ -400,9 +400,12 @@ def test_ask_takes_the_answer_to_its_own_question_not_one_queued_before_it(h: Ha
     assert late is not None and late.body == "forty-two"
 
 
-def test_ask_gives_up_after_its_timeout(h: Harness) -> None:
+def test_ask_gives_up_after_its_timeout_and_takes_its_question_back(h: Harness) -> None:
     with pytest.raises(CrewTimeout, match=r"No answer to 'x' within 0\.1s"):
         h.worker.ask("x", timeout=0.1)
+
+    assert h.lines() == ["@supervisor need_input: x", "@supervisor withdraw: no answer within 0.1s"]
+    assert parse_line(h.lines()[1]) == Withdrawn("no answer within 0.1s")
 
 
 def test_the_end_of_input_raises_leader_gone(h: Harness) -> None:
@@ -846,3 +849,40 @@ def test_the_progress_a_worker_saves_as_its_leader_stops_goes_to_the_next_attemp
     assert resumed.finish() == 0, resumed.err
     log = store.paths.log("t").read_text()
     assert 'attempt 2 restored {"step": 2, "saved": "on the way out"}' in log
+
+
+ASKER = """
+import sys
+from crew.errors import CrewTimeout
+from crew.worker import Worker
+
+worker = Worker.from_env()
+try:
+    worker.ask("Which database?", timeout=0.5)
+except CrewTimeout:
+    worker.report("going on with sqlite")
+item = worker.next(timeout=60)
+print(f"went on, then: {item.kind} {item.body}", flush=True)
+"""
+
+
+def test_a_question_the_worker_gave_up_on_is_taken_back_and_the_task_runs_again(
+    tmp_path: Path, home: Home, cli: Callable[..., Any]
+) -> None:
+    # An ask that timed out left the task `waiting` for an answer the worker no longer read:
+    # the run showed it blocked, flagged it after waitTimeout, and took the late answer.
+    leader, store = _led(tmp_path, home, ASKER)
+    withdrawn = eventually(
+        lambda: [e for e in store.events().records if e.type == "supervisor.withdrawn"], timeout=20
+    )
+    assert withdrawn[0].message.endswith("withdrew its question " + withdrawn[0].data["contactId"]
+                                         + ": no answer within 0.5s")  # fmt: skip
+    task = store.state().tasks["t"]
+    assert task.status is TaskStatus.RUNNING and task.contact is None
+
+    refused = cli("respond", leader.run_id, "t", "postgres")
+    assert refused.code == 4 and "Task t is running" in refused.err
+    assert cli("steer", leader.run_id, "t", "finish").code == 0
+    assert leader.finish() == 0, leader.err
+    assert store.state().tasks["t"].status is TaskStatus.COMPLETED
+    assert "went on, then: steer finish" in store.paths.log("t").read_text()

@@ -22,6 +22,7 @@ from crew.protocol import (
     Malformed,
     Parsed,
     Report,
+    Withdrawn,
 )
 from crew.registry import ContactType
 from crew.text import clip
@@ -46,13 +47,6 @@ class AgentError:
 
     message: str
     fatal: bool = False
-
-
-@dataclass(frozen=True)
-class Withdrawn:
-    """The agent took its open question back: the task no longer waits for an answer."""
-
-    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,7 +76,7 @@ class TurnBegun:
     and what is due for it is given as during any turn."""
 
 
-Signal = Parsed | TurnEnd | AgentError | Withdrawn | SessionStarted | Spent | TurnBegun
+Signal = Parsed | TurnEnd | AgentError | SessionStarted | Spent | TurnBegun
 
 #: The longest error, turn failure or withdrawal reason kept from an agent, in characters.
 MAX_TEXT = 2000

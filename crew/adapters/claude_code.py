@@ -58,7 +58,6 @@ from crew.adapters.base import (
     Spent,
     TurnBegun,
     TurnEnd,
-    Withdrawn,
     spent,
 )
 from crew.adapters.wire import (
@@ -71,7 +70,7 @@ from crew.adapters.wire import (
 )
 from crew.config import AgentConfig
 from crew.models import MailboxMessage, Task
-from crew.protocol import Contact, Report
+from crew.protocol import Contact, Report, Withdrawn
 from crew.registry import Approvals, ContactType, MessageKind
 from crew.text import clip, short
 

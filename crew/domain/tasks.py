@@ -32,6 +32,8 @@ from crew.text import first_line, short
 
 #: The changes that close a task's open question (if it has one).
 _NO_QUESTION: dict[str, Any] = {"contact": None, "waiting_since": None}
+#: A task with an open question: waiting for its answer, or flagged for waiting too long.
+_ASKING = frozenset({TaskStatus.WAITING, TaskStatus.NEEDS_REVIEW})
 #: A dependency that ends in one of these can never complete: its dependents are cancelled.
 _BLOCKING_ENDS = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
 #: The statuses a transaction must give a task before a dependent may need cancelling.
@@ -306,10 +308,13 @@ def answer(txn: Txn, task_id: str, message: MailboxMessage) -> Task:
 
 
 def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
-    """The worker took its open question back: the task runs again (None if it was not waiting)."""
+    """The worker took its open question back: the task runs again, flagged for its wait or not
+    (None if none was open; a question crew asks for it, at one of its limits, is not the
+    worker's to take back)."""
     task = txn.task(task_id)
-    if task.status is not TaskStatus.WAITING or task.contact is None:
+    if task.status not in _ASKING or task.contact is None or task.contact.limit is not None:
         return None
+    flag = {"error": None} if task.status is TaskStatus.NEEDS_REVIEW else {}
     return transition(
         txn,
         task_id,
@@ -319,6 +324,7 @@ def withdraw(txn: Txn, task_id: str, reason: str) -> Task | None:
         + (f": {reason}" if reason else ""),
         data={EventData.CONTACT_ID: task.contact.id},
         **_NO_QUESTION,
+        **flag,
     )
 
 

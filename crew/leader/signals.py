@@ -21,7 +21,6 @@ from crew.adapters.base import (
     Spent,
     TurnBegun,
     TurnEnd,
-    Withdrawn,
     bounded,
 )
 from crew.domain import adding, budget, mailbox, tasks
@@ -35,6 +34,7 @@ from crew.protocol import (
     Malformed,
     Report,
     SpawnRequest,
+    Withdrawn,
 )
 from crew.registry import EventType
 from crew.store.txn import Txn
