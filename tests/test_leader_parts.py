@@ -29,7 +29,7 @@ from crew.leader.signals import MALFORMED_EVENTS, AgentState
 from crew.leader.wakeups import Wakeups
 from crew.leader.worker_process import MAX_LINE, LineSplitter
 from crew.models import MailboxMessage, SupervisorContact, Task
-from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report, Withdrawn
+from crew.protocol import Ack, Contact, DecisionRecord, Malformed, Report, SpawnRequest, Withdrawn
 from crew.registry import (
     INBOUND_BOXES,
     LEADER,
@@ -263,6 +263,39 @@ def test_the_question_crew_asks_at_a_limit_is_not_the_workers_to_withdraw(
 
     assert store.state().tasks["plan"].contact == crews
     assert event_types(store, before) == []
+
+
+def test_the_nth_unnamed_spawn_of_a_new_attempt_gets_the_nth_child_of_an_earlier_one(
+    make_run: MakeRun,
+) -> None:
+    spawner = {"command": ["python3", "-c", "pass"], "may": ["spawn"]}
+    store = make_run(config(agents={"coder": spawner}))
+    start(store)
+    first = AgentState()
+    hear(store, SpawnRequest("coder", "test it"), SpawnRequest("coder", "test it"), agent=first)
+    hear(store, SpawnRequest("coder", "lint it", task_id="plan.3"), agent=first)
+    hear(store, SpawnRequest("coder", "lint it"), agent=first)  # plan.3 is this attempt's own
+    assert sorted(store.state().tasks) == ["build", "plan", "plan.1", "plan.2", "plan.3", "plan.4"]
+
+    with change(store) as txn:
+        tasks.interrupt(txn, "plan", "the leader was gone")
+    start(store, attempt=2)
+    second = AgentState()
+    again = [
+        SpawnRequest("coder", "test it"),  # plan.1 again
+        SpawnRequest("coder", "other work"),  # not plan.2's request: a new child
+        SpawnRequest("coder", "lint it"),  # plan.3's, though it named plan.3
+    ]
+    hear(store, *again, agent=second, attempt=2)
+
+    children = {t.id: t.prompt for t in store.state().task_list() if t.parent == "plan"}
+    assert children == {
+        "plan.1": "test it",
+        "plan.2": "test it",
+        "plan.3": "lint it",
+        "plan.4": "lint it",
+        "plan.5": "other work",
+    }
 
 
 @pytest.mark.parametrize("fatal", [True, False])

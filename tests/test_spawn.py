@@ -128,7 +128,11 @@ from crew.worker import Worker
 
 worker = Worker.from_env()
 if sys.argv[1] == "parent":
-    told = worker.spawn("w", "child work", task_id="kid")
+    if os.environ["NAMED"]:
+        told = worker.spawn("w", "child work", task_id="kid")
+    else:  # the same request twice: two children, each the same one again after a restart
+        worker.spawn("w", "child work", wait=False)
+        told = worker.spawn("w", "child work")
     print(f"attempt {worker.attempt} told {told['status']}: {told.get('result')}", flush=True)
     sys.exit(0 if told["status"] == "completed" else 1)
 while not os.path.exists(os.environ["GO_ON"]):  # held until the leader has been killed
@@ -137,11 +141,15 @@ worker.report("the child built it")
 """
 
 
+@pytest.mark.parametrize(
+    ("named", "children"), [(True, ["kid"]), (False, ["par.1", "par.2"])], ids=["named", "unnamed"]
+)
 def test_a_spawn_a_new_attempt_asks_again_waits_for_the_same_child(
-    tmp_path: Path, home: Home
+    tmp_path: Path, home: Home, named: bool, children: list[str]
 ) -> None:
     # After `kill -9` and `crew resume`, the parent's new attempt spawned its named child again
-    # and was refused ("already has a task 'kid'"): it never heard of the child's result.
+    # and was refused ("already has a task 'kid'"): it never heard of the child's result. One
+    # that named none got a second child, doing the same work again.
     script = tmp_path / "naming.py"
     script.write_text(NAMING_PARENT)
     go_on = tmp_path / "go-on"
@@ -149,12 +157,11 @@ def test_a_spawn_a_new_attempt_asks_again_waits_for_the_same_child(
         tmp_path,
         [{"id": "par", "prompt": "parent"}],
         command=["{python}", str(script), "{prompt}"],
-        agent={"may": ["spawn"], "env": {"GO_ON": str(go_on)}},
+        agent={"may": ["spawn"], "env": {"GO_ON": str(go_on), "NAMED": "1" if named else ""}},
     )
     leader = Leader("run", "crew.toml", cwd=tmp_path)
     store = store_of(home, leader.run_id)
-    eventually(lambda: store.state().tasks.get("kid"), timeout=20)
-    eventually(lambda: store.state().tasks["par"].waiting_for == ["kid"], timeout=20)
+    eventually(lambda: store.state().tasks["par"].waiting_for == children[-1:], timeout=20)
 
     leader.process.kill()  # SIGKILL: the parent waits, the child is held
     leader.finish()
@@ -163,7 +170,7 @@ def test_a_spawn_a_new_attempt_asks_again_waits_for_the_same_child(
     assert resumed.finish(timeout=60) == 0, resumed.err
 
     state = store.state()
-    assert sorted(state.tasks) == ["kid", "par"]
+    assert sorted(state.tasks) == sorted(["par", *children])
     assert state.tasks["par"].status is TaskStatus.COMPLETED
     assert "attempt 2 told completed: the child built it" in store.paths.log("par").read_text()
     refusals = [

@@ -155,11 +155,14 @@ def _new_id(request: NewTask, taken: dict[str, Task]) -> str:
         base, sep = request.parent, "."
     else:
         base, sep = _NOT_ID.sub("-", request.agent.lower()).strip("-._") or "task", "-"
-    base = base[: MAX_ID_LENGTH - 8]
     number = 1
-    while f"{base}{sep}{number}" in taken:
+    while _numbered(base, sep, number) in taken:
         number += 1
-    return f"{base}{sep}{number}"
+    return _numbered(base, sep, number)
+
+
+def _numbered(base: str, sep: str, number: int) -> str:
+    return f"{base[: MAX_ID_LENGTH - 8]}{sep}{number}"
 
 
 def _size(text: str, what: str) -> int:
@@ -172,16 +175,27 @@ def _size(text: str, what: str) -> int:
 # ----------------------------------------------------------------------------- a worker's spawn
 
 
-def spawn(txn: Txn, parent: str, request: SpawnRequest) -> Task | None:
+def spawn(txn: Txn, parent: str, request: SpawnRequest, *, unnamed: int = 0) -> Task | None:
     """The worker of `parent` printed a spawn line (the leader's transaction): its agent needs
     `may = ["spawn"]`. A refused spawn writes no task: the refusal is recorded, and the worker is
-    told in a children message (so a worker that waits for the child is not left waiting)."""
+    told in a children message (so a worker that waits for the child is not left waiting).
+
+    A spawn that names a child an earlier attempt made, or the `unnamed`-th spawn without an id
+    of this attempt where the `unnamed`-th of an earlier one made `<parent>.<unnamed>` for the
+    same agent and prompt, gets that child again: a worker restarted (the leader was gone, the
+    attempt failed) repeats its spawns, and would otherwise run each child twice."""
     task = txn.task(parent)
-    new = NewTask(request.agent, request.prompt, request.task_id, parent=parent)
-    again = txn.state.tasks.get(request.task_id or "")
+    wanted = request.task_id
+    if wanted is None and unnamed:
+        wanted = _numbered(parent, ".", unnamed)
+    again = txn.state.tasks.get(wanted or "")
     asked = (parent, request.agent, request.prompt)
-    if again is not None and (again.parent, again.agent, again.prompt) == asked:
+    same = again is not None and (again.parent, again.agent, again.prompt) == asked
+    if again is not None and same and (request.task_id is not None or _before(again, task)):
         return _again(txn, parent, again, wait=request.wait)
+    if request.task_id is None and again is not None:
+        wanted = None  # taken: the first number free
+    new = NewTask(request.agent, request.prompt, wanted, parent=parent)
     try:
         if WorkerRight.SPAWN not in txn.run.config.agents[task.agent].may:
             raise Refused(
@@ -202,6 +216,12 @@ def spawn(txn: Txn, parent: str, request: SpawnRequest) -> Task | None:
     if request.wait and not child.status.terminal:
         tasks.wait_for_children(txn, parent, [child.id])
     return child
+
+
+def _before(child: Task, parent: Task) -> bool:
+    """Whether `child` was added before `parent`'s current attempt started (by an earlier one)."""
+    added, started = child.added_at, parent.started_at
+    return added is not None and started is not None and added < started
 
 
 def _again(txn: Txn, parent: str, child: Task, *, wait: bool) -> Task:

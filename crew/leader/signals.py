@@ -64,6 +64,9 @@ class AgentState:
     #: The agent's turn is over though it has not yet said it is idle (Spent.settled): it is
     #: neither stopped at a limit nor given more work until it does.
     settled: bool = False
+    #: The spawns without an id it printed: the n-th is matched with the n-th of an earlier
+    #: attempt (crew/domain/adding.py `spawn`).
+    unnamed_spawns: int = 0
 
     @property
     def to_interrupt(self) -> bool:
@@ -182,7 +185,9 @@ def _checkpointed(txn: Txn, task_id: str, agent: AgentState, item: CheckpointRec
 
 
 def _spawned(txn: Txn, task_id: str, agent: AgentState, item: SpawnRequest) -> None:
-    adding.spawn(txn, task_id, item)
+    if item.task_id is None:
+        agent.unnamed_spawns += 1
+    adding.spawn(txn, task_id, item, unnamed=agent.unnamed_spawns)
 
 
 def _session(txn: Txn, task_id: str, agent: AgentState, item: SessionStarted) -> None:
