@@ -46,6 +46,19 @@ def is_children(message: Message) -> bool:
     return message.data.get(MessageData.SOURCE) == MessageSource.CHILDREN
 
 
+def child_told(message: Message, request: tuple[str, str | None]) -> dict[str, Any] | None:
+    """What a children message says of the child a spawn that waits asked for (its agent, and
+    its id if it named one): None when it is about others (the refusal of a spawn that did not
+    wait, say)."""
+    agent, task_id = request
+    children = message.data.get(MessageData.CHILDREN) if is_children(message) else None
+    for child in children or []:
+        named = isinstance(child, dict) and task_id in (None, child.get("id"))
+        if named and child.get("agent") == agent and child.get("wait") is not False:
+            return {k: v for k, v in child.items() if k != "wait"}
+    return None
+
+
 def priority_rank(priority: str) -> int:
     """How urgent a priority a frame named is (unknown ones count as low)."""
     try:

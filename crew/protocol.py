@@ -384,13 +384,31 @@ def contact_line(kind: ContactType, prompt: str, options: list[str] | None = Non
     if any("[" in o or "]" in o for o in options or ()):
         raise ValueError("An option may not hold '[' or ']': the options are read from brackets.")
     if options:
-        text += (
-            " [" + "|".join(" ".join(one_line(o).replace("|", "/").split()) for o in options) + "]"
-        )
+        text += " [" + "|".join(option_text(o) for o in options) + "]"
     return readable(f"@supervisor {kind}: {text}")
 
 
+def option_text(option: str) -> str:
+    """An option as a contact line writes it, and so as its answer comes back: on one line,
+    its runs of spaces one space, `|` (the options' separator) written `/`."""
+    return " ".join(one_line(option).replace("|", "/").split())
+
+
 # ----------------------------------------------------------------------------- stdin frames
+
+
+def written_options(options: list[str]) -> dict[str, str]:
+    """Each option as the question's line writes it (and its answer comes back), to the option
+    as given; ValueError where two would be written alike, as no answer could tell them apart."""
+    shown: dict[str, str] = {}
+    for option in options:
+        written = option_text(option)
+        if shown.setdefault(written, option) != option:
+            raise ValueError(
+                f"The options {shown[written]!r} and {option!r} are both written {written!r} on "
+                "the question's line: no answer could tell them apart."
+            )
+    return shown
 
 
 def checkpoint_line(state: Any) -> str:

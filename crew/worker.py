@@ -22,20 +22,28 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from crew import env
+from crew.attention import NOTHING_NEW, Decision, Judge, decide
 from crew.errors import CrewError, CrewTimeout
-from crew.frames import Message, read_checkpoint
+from crew.frames import Message, child_told, read_checkpoint
 from crew.frames import is_children as _is_children
 from crew.frames import parse_frame as _parse_frame
 from crew.frames import priority_rank as _rank
-from crew.protocol import checkpoint_line, contact_line, spawn_line, withdraw_line
+from crew.protocol import (
+    MAX_PROMPT,
+    checkpoint_line,
+    contact_line,
+    spawn_line,
+    withdraw_line,
+    written_options,
+)
 from crew.registry import (
     REDIRECTING_DECISIONS,
     REPORT_CONTACTS,
     ContactType,
     DecisionAction,
-    MessageData,
     MessageKind,
 )
+from crew.text import clip
 
 MERGE_SEPARATOR = "\n\n---\n\n"
 #: The id of the task's own work (`begin`): not a message, so never acknowledged.
@@ -44,6 +52,8 @@ COALESCE_WINDOW = 0.2
 _URGENT = frozenset({MessageKind.RESPOND, MessageKind.STEER})
 #: Not given (`checkpoint()` without a state) or not found (`restored()` without a checkpoint).
 _NO_STATE: Any = object()
+#: The Worker reading this process's stdin, once `Worker.from_env()` made it.
+_of_this_process: Worker | None = None
 
 
 class NotInRun(CrewError):
@@ -54,18 +64,7 @@ class LeaderGone(CrewError):
     """stdin reached its end: the leader has gone. Save your work and exit."""
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What a checkpoint decided: `continue`, `preempt`, `cancel`, `merge` or `defer`."""
-
-    action: str
-    item: Message | None = None
-    reason: str = ""
-
-
-Judge = Callable[[Message, Message], Decision | None]
 StatusCallback = Callable[[Message | None], str]
-_NOTHING_NEW = Decision(DecisionAction.CONTINUE, None, "nothing new")
 
 
 @dataclass(order=True)
@@ -111,6 +110,7 @@ class Worker:
         self._restored = state if found else _NO_STATE
         self._seq = 0
         self._eof = False
+        self._said: dict[str, Any] | None = None  # the last decision printed, if a continue
         self._reader = threading.Thread(
             target=self._read, args=(stdin_fd,), name="crew-stdin", daemon=True
         )
@@ -118,7 +118,18 @@ class Worker:
 
     @classmethod
     def from_env(cls, **options: Any) -> Worker:
-        """The worker of the current crew task (NotInRun outside a crew run)."""
+        """The worker of the current crew task (NotInRun outside a crew run). A process has one
+        reader of its stdin: called again, without options, it returns the same Worker (with
+        other options, a ValueError: a second reader would take half the messages)."""
+        global _of_this_process  # noqa: PLW0603  # one process, one stdin
+        if _of_this_process is not None:
+            if options:
+                raise ValueError(
+                    "Worker.from_env() was called before: this process's Worker reads its stdin, "
+                    "and a second would take half its messages. Call it without options for "
+                    "the same Worker."
+                )
+            return _of_this_process
         run_id, task_id = env.RUN_ID.value(), env.TASK_ID.value()
         if run_id is None or task_id is None:
             raise NotInRun(
@@ -128,15 +139,19 @@ class Worker:
             )
         attempt = int(env.ATTEMPT.value() or "1")
         options.setdefault("checkpoint_file", env.CHECKPOINT.value())
-        return cls(run_id=run_id, task_id=task_id, attempt=attempt, **options)
+        worker = cls(run_id=run_id, task_id=task_id, attempt=attempt, **options)
+        if options.get("stdin_fd", 0) == 0:
+            _of_this_process = worker
+        return worker
 
     # ------------------------------------------------------------------ talking to the leader
 
     def report(self, text: str, kind: str = ContactType.PROGRESS) -> None:
-        """A non-blocking `progress`, `status` or `note` line."""
+        """A non-blocking `progress`, `status` or `note` line, on one line and cut to the
+        MAX_PROMPT characters the leader keeps (a longer line would not be read at all)."""
         if ContactType(kind) not in REPORT_CONTACTS:
             raise ValueError(f"report kind must be progress, status or note, not {kind!r}")
-        self._say(f"@supervisor {kind}: {' '.join(text.split())}")
+        self._say(f"@supervisor {kind}: {clip(' '.join(text.split()), MAX_PROMPT)}")
 
     def restored(self, default: Any = None) -> Any:
         """The state an earlier attempt saved with `checkpoint(state=…)`, or `default` when none
@@ -163,6 +178,7 @@ class Worker:
             raise ValueError("ask kind must be need_input, need_confirmation or need_selection")
         if contact is ContactType.NEED_SELECTION and not options:
             raise ValueError("need_selection needs options")
+        shown = written_options(options or [])
         with self._cond:
             asked_after = self._seq  # an answer queued before the question is an earlier one's
         self._say(contact_line(contact, prompt, options))
@@ -181,7 +197,7 @@ class Worker:
                     raise CrewTimeout(f"No answer to {prompt!r} within {timeout:g}s.")
                 self._cond.wait(remaining)
         self._ack(answer)
-        return answer.body
+        return shown.get(answer.body, answer.body)
 
     def spawn(
         self,
@@ -206,7 +222,9 @@ class Worker:
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=f"spawned {agent} task")
-                told = next((e.message for e in self._queue if _child(e.message, request)), None)
+                told = next(
+                    (e.message for e in self._queue if child_told(e.message, request)), None
+                )
                 if told is not None:
                     self._remove(told)
                     break
@@ -217,7 +235,7 @@ class Worker:
                     raise CrewTimeout(f"The spawned {agent} task did not end within {timeout:g}s.")
                 self._cond.wait(remaining)
         self._ack(told)
-        return _child(told, request) or {}
+        return child_told(told, request) or {}
 
     # ------------------------------------------------------------------ the attention loop
 
@@ -295,13 +313,8 @@ class Worker:
             if not self._queue:
                 if self._eof:  # what arrived before the end was decided on first
                     raise LeaderGone("stdin closed: the leader has gone.")
-                return answered[-1] if answered else _NOTHING_NEW
-            new = self._queue[0].message
-            decision = _rules(current, new)
-            if decision.action == DecisionAction.CONTINUE and self.judge is not None:
-                judged = self.judge(current, new)
-                if judged is not None:
-                    decision = Decision(judged.action, judged.item or new, judged.reason)
+                return answered[-1] if answered else NOTHING_NEW
+            decision = decide(current, self._queue[0].message, self.judge)
             self._carry_out(current, decision)
         if decision.item is not None and decision.action in REDIRECTING_DECISIONS:
             self._ack(decision.item)
@@ -337,8 +350,6 @@ class Worker:
             current.merged += new.ids
         elif decision.action == DecisionAction.DEFER:
             self._set_aside.append((new, DecisionAction.DEFER))
-        else:
-            raise ValueError(f"unknown decision {decision.action!r}")
 
     def _answer_nudges(self, waiting_on: str | None = None) -> list[Decision]:
         """Answer queued nudges with a status report, without breaking focus (lock held)."""
@@ -428,7 +439,9 @@ class Worker:
                 self._say(f"@supervisor {ContactType.ACK}: {message_id}")
 
     def _decide(self, decision: Decision, *, focus: Message | None = None) -> None:
-        """Print a decision (`focus`: the work in progress when it was taken)."""
+        """Print a decision (`focus`: the work in progress when it was taken), but a `continue`
+        the same as the decision printed just before it: a worker that checks often while an
+        item waits would fill the event log, and the item's history, with it."""
         record: dict[str, Any] = {"action": decision.action}
         if decision.item is not None:
             record["item"] = decision.item.id
@@ -439,6 +452,9 @@ class Worker:
             record["focus"] = focus.id
         if decision.reason:
             record["reason"] = decision.reason
+        if record == self._said:
+            return  # a checkpoint that continues as the one before did: said once
+        self._said = record if decision.action == DecisionAction.CONTINUE else None
         self._say(f"@supervisor {ContactType.DECISION}: " + json.dumps(record, ensure_ascii=False))
 
     def _say(self, line: str) -> None:
@@ -463,32 +479,3 @@ def _let_output_go(out: TextIO) -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
-
-
-def _child(message: Message, request: tuple[str, str | None]) -> dict[str, Any] | None:
-    """What a children message says of the child a spawn asked for (its agent, and its id if
-    it named one): None when it is about others (another spawn's refusal, say)."""
-    agent, task_id = request
-    children = message.data.get(MessageData.CHILDREN) if _is_children(message) else None
-    for child in children or []:
-        named = isinstance(child, dict) and task_id in (None, child.get("id"))
-        if named and child.get("agent") == agent:
-            return dict(child)
-    return None
-
-
-def _rules(current: Message, new: Message) -> Decision:
-    """The heuristics (docs/attention.md): they never cancel; only a judge can."""
-    if new.kind is MessageKind.RESPOND:
-        if current.kind is MessageKind.RESPOND:
-            return Decision(DecisionAction.CONTINUE, new, "answers are taken in turn")
-        return Decision(DecisionAction.PREEMPT, new, "an answer comes before anything else")
-    if new.kind is MessageKind.STEER:
-        if current.kind is MessageKind.STEER:
-            return Decision(DecisionAction.MERGE, new, "a steer joins the steer in progress")
-        if current.kind in {MessageKind.FOLLOW_UP, MessageKind.NUDGE}:
-            return Decision(DecisionAction.PREEMPT, new, "a steer outranks the current work")
-        return Decision(DecisionAction.CONTINUE, new, "an answer in progress outranks a steer")
-    return Decision(
-        DecisionAction.CONTINUE, new, f"a {new.kind} waits for the current work to finish"
-    )

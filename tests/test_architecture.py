@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.session",
         "crew.protocol",
         "crew.frames",
+        "crew.attention",
     ),
     "store": ("crew.store",),
     "domain": ("crew.domain",),
@@ -69,7 +70,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 #: The worker SDK runs inside workers: it needs the protocol and nothing of the leader's side.
 SDK = "crew.worker"
-SDK_MAY_IMPORT = ("base", "crew.protocol", "crew.frames")
+SDK_MAY_IMPORT = ("base", "crew.protocol", "crew.frames", "crew.attention")
 #: The store's primitives know bytes, files and locks: nothing of crew above the base.
 STORE_PRIMITIVES = ("exchange", "files", "jsonl", "lock", "snapshot", "watch")
 #: The package itself: its public names load lazily; anything may read `crew.__version__`.

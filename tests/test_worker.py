@@ -22,7 +22,14 @@ from crew import env
 from crew.errors import CrewError, CrewTimeout
 from crew.models import Checkpoint
 from crew.paths import Home
-from crew.protocol import MAX_CHECKPOINT, CheckpointRecord, Withdrawn, parse_line
+from crew.protocol import (
+    MAX_CHECKPOINT,
+    MAX_PROMPT,
+    CheckpointRecord,
+    Report,
+    Withdrawn,
+    parse_line,
+)
 from crew.registry import TaskStatus
 from crew.store.runstore import RunStore
 from crew.store.snapshot import dump_model
@@ -343,6 +350,36 @@ def test_a_judge_is_consulted_only_when_the_rules_say_continue(h: Harness) -> No
     assert decision.action == "cancel" and h.worker.focus is decision.item
 
 
+def test_a_judge_that_decides_what_no_checkpoint_can_loses_nothing(h: Harness) -> None:
+    # The item was taken off the queue before the action was found unknown: gone, unacknowledged.
+    h.worker.judge = lambda current, new: Decision("pick", new, "mine now")
+    h.worker.begin("work")
+    h.send("followUp", "more work")
+
+    with pytest.raises(ValueError, match="The judge decided 'pick'"):
+        h.worker.checkpoint()
+
+    h.worker.judge = None
+    later = h.worker.next(timeout=5)
+    assert later is not None and later.body == "more work"
+
+
+def test_a_checkpoint_that_decides_as_the_one_before_says_so_once(h: Harness) -> None:
+    # A worker that checks often printed the same `continue` at every checkpoint while a
+    # follow-up waited: ~1,000 events in 15 s, each in the message's history.
+    h.worker.begin("work")
+    h.send("followUp", "more work")
+    for _ in range(5):
+        assert h.worker.checkpoint().action == "continue"
+    h.send("followUp", "and more", wait=False)  # merged into the one waiting: the item changed
+    eventually(lambda: h.worker._queue[0].message.merged)
+    h.worker.checkpoint()
+    h.worker.checkpoint()
+
+    continues = [line for line in h.lines() if '"action": "continue"' in line]
+    assert len(continues) == 2 and '"merged"' in continues[1]
+
+
 def test_a_nudge_while_focused_uses_the_status_callback(h: Harness) -> None:
     h.worker.status_callback = lambda focus: f"step 3 of 5 on {focus.id if focus else '-'}"
     h.send("followUp", "work")
@@ -513,6 +550,38 @@ def test_what_the_leader_would_not_read_is_refused_before_it_is_printed(
     assert h.lines() == before
 
 
+def test_an_option_is_answered_as_it_was_given_not_as_its_line_writes_it(h: Harness) -> None:
+    # The line offers `read/write` for `read|write`, and the answer came back `read/write`:
+    # `answer in options` was False in the worker that asked.
+    options = ["read|write", "two  spaces"]
+    answers: list[str] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(h.worker.ask("Mode?", "need_selection", options))
+    )
+    asking.start()
+    eventually(lambda: h.lines() == ["@supervisor need_selection: Mode? [read/write|two spaces]"])
+    h.send("respond", "read/write", wait=False)
+    asking.join(timeout=10)
+
+    assert answers == ["read|write"]
+
+
+def test_options_a_line_would_write_alike_are_refused_before_it_is_printed(h: Harness) -> None:
+    with pytest.raises(ValueError, match="no answer could tell them apart"):
+        h.worker.ask("Mode?", "need_selection", ["a|b", "a/b"])
+    assert h.lines() == []
+
+
+def test_a_report_longer_than_the_leader_keeps_is_cut_not_lost(h: Harness) -> None:
+    # Printed whole, a 600,000-character note was a malformed line: not recorded at all.
+    h.worker.report("é" * 600_000, kind="note")
+
+    [line] = h.lines()
+    parsed = parse_line(line)
+    assert isinstance(parsed, Report) and len(parsed.text) == MAX_PROMPT
+    assert parsed.text.endswith("…")
+
+
 def _told(h: Harness, *children: dict[str, Any]) -> None:
     """A children message from the leader (crew/domain/adding.py `_tell`)."""
     h.count += 1
@@ -535,6 +604,21 @@ def test_a_spawn_that_waits_takes_the_result_of_its_own_child(h: Harness) -> Non
     h.worker.begin("work")
     left = h.worker.next(timeout=5)  # the refusal is still the worker's to see
     assert left is not None and left.data["children"][0]["agent"] == "nosuch"
+
+
+def test_a_spawn_that_waits_takes_no_refusal_of_a_spawn_that_did_not(h: Harness) -> None:
+    # Both for the same agent: the refusal of the spawn that did not wait was returned at once.
+    found: list[object] = []
+    spawning = threading.Thread(target=lambda: found.append(h.worker.spawn("c", "go")))
+    spawning.start()
+    eventually(lambda: any("spawn" in line for line in h.lines()))
+    _told(h, {"id": "p", "agent": "c", "status": "refused", "error": "taken", "wait": False})
+    h.wait_queued(1)
+    assert found == []
+    _told(h, {"id": "t.1", "agent": "c", "status": "completed", "result": "done"})
+    spawning.join(timeout=10)
+
+    assert found == [{"id": "t.1", "agent": "c", "status": "completed", "result": "done"}]
 
 
 def test_outside_a_run_from_env_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -570,6 +654,31 @@ def test_a_worker_exits_cleanly_while_its_reader_thread_blocks_on_stdin() -> Non
     assert done.returncode == 0, done.stderr
     assert done.stdout == "@supervisor progress: started\nbye\n"
     assert "Fatal Python error" not in done.stderr
+
+
+def test_a_process_has_one_worker_reading_its_stdin() -> None:
+    # A second Worker.from_env() started a second reader: the messages were split between them.
+    script = (
+        "from crew.worker import Worker\n"
+        "w = Worker.from_env()\n"
+        "assert Worker.from_env() is w\n"
+        "try:\n"
+        "    Worker.from_env(coalesce=0)\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CREW_RUN_ID": "20261130-034100-7f3a", "CREW_TASK_ID": "t"},
+        timeout=20,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "Worker.from_env() was called before" in done.stdout
 
 
 def test_the_tasks_own_work_can_be_preempted_and_resurfaces(h: Harness) -> None:

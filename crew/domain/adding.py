@@ -210,7 +210,9 @@ def spawn(txn: Txn, parent: str, request: SpawnRequest, *, unnamed: int = 0) -> 
             message=f"{parent}'s spawn was refused: {error.message}",
             data={"error": error.message, "spawn": True},
         )
-        refused = {"id": request.task_id, "agent": request.agent, "status": "refused"}
+        refused: dict[str, Any] = {"id": request.task_id, "agent": request.agent}
+        refused["status"] = "refused"
+        refused["wait"] = request.wait  # a spawn that waits takes no refusal of one that did not
         _tell(txn, parent, [{**refused, "error": error.message}], f"Refused: {error.message}")
         return None
     if request.wait and not child.status.terminal:
