@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from crew.frames import Message, child_told, read_checkpoint
 from crew.frames import is_children as _is_children
 from crew.frames import parse_frame as _parse_frame
 from crew.frames import priority_rank as _rank
+from crew.line_ends import LineEnds, watch_standard_streams
 from crew.protocol import (
     MAX_PROMPT,
     checkpoint_line,
@@ -99,7 +99,10 @@ class Worker:
         self.status_callback = status_callback
         self.coalesce = coalesce
         self.focus: Message | None = None
-        self._out = stdout or sys.stdout
+        # Watched, the standard streams say where the output left off (crew/line_ends.py).
+        self._out, self._line_ends = (
+            watch_standard_streams() if stdout is None else (stdout, LineEnds())
+        )
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
         self._queue: list[_Queued] = []
@@ -459,6 +462,8 @@ class Worker:
 
     def _say(self, line: str) -> None:
         with self._write_lock:
+            if not self._line_ends.at_line_start:
+                line = "\n" + line  # never after part of a line: the leader would not read it
             try:
                 self._out.write(line + "\n")
                 self._out.flush()

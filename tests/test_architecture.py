@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.protocol",
         "crew.frames",
         "crew.attention",
+        "crew.line_ends",
     ),
     "store": ("crew.store",),
     "domain": ("crew.domain",),
@@ -70,7 +71,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 #: The worker SDK runs inside workers: it needs the protocol and nothing of the leader's side.
 SDK = "crew.worker"
-SDK_MAY_IMPORT = ("base", "crew.protocol", "crew.frames", "crew.attention")
+SDK_MAY_IMPORT = ("base", "crew.protocol", "crew.frames", "crew.attention", "crew.line_ends")
 #: The store's primitives know bytes, files and locks: nothing of crew above the base.
 STORE_PRIMITIVES = ("exchange", "files", "jsonl", "lock", "snapshot", "watch")
 #: The package itself: its public names load lazily; anything may read `crew.__version__`.

@@ -995,3 +995,34 @@ def test_a_question_the_worker_gave_up_on_is_taken_back_and_the_task_runs_again(
     assert leader.finish() == 0, leader.err
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
     assert "went on, then: steer finish" in store.paths.log("t").read_text()
+
+
+PARTIAL = """
+import sys
+from crew.worker import Worker
+
+worker = Worker.from_env()
+print("Checking... ", end="", flush=True)
+worker.report("checked")
+sys.stderr.write("\\r 45%|####      | 45/100")  # a progress bar, as tqdm draws it
+sys.stderr.flush()
+print(f"got {worker.ask('Which database?')}", flush=True)
+"""
+
+
+def test_a_protocol_line_after_part_of_a_line_starts_a_line_of_its_own(
+    tmp_path: Path, home: Home, cli: Callable[..., Any]
+) -> None:
+    # Printed after "Checking... " (or a progress bar's `\r`), the question was on a line that
+    # did not start with @supervisor: never asked, and the worker waited for good.
+    leader, store = _led(tmp_path, home, PARTIAL)
+    eventually(lambda: store.state().tasks["t"].contact, timeout=20)
+
+    assert cli("respond", leader.run_id, "t", "postgres").code == 0
+    assert leader.finish() == 0, leader.err
+    log = store.paths.log("t").read_text()
+    assert log.startswith("Checking... \n@supervisor progress: checked\n")
+    assert "45/100\n@supervisor need_input: Which database?\n" in log
+    assert "got postgres" in log
+    reports = [m.body for m in store.messages() if m.kind.value == "report"]
+    assert reports == ["checked"]
