@@ -149,7 +149,10 @@ def _started(task: Task) -> bool:
 
 
 def _waiting(task: Task) -> bool:
-    return task.status is TaskStatus.WAITING
+    """Waiting, or flagged for waiting too long (`needs_review`) with its question still open."""
+    return task.status is TaskStatus.WAITING or (
+        task.contact is not None and not task.status.terminal
+    )
 
 
 _MATCHES: dict[Until, Callable[[Task], bool]] = {Until.STARTED: _started, Until.WAITING: _waiting}

@@ -738,6 +738,46 @@ def test_a_wait_that_must_block_or_name_a_question_is_the_full_commands(make_run
     _refused(store, "wait", "latest", "--for", "soon")
 
 
+def test_a_wait_it_leaves_to_the_full_command_has_printed_nothing(
+    make_run: MakeRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It printed the running task's line, then left the rest to the full command, which
+    # printed every line again.
+    solo = [{"id": "plan", "agent": "coder", "prompt": "p"}, {"id": "build", "agent": "coder", "prompt": "b"}]  # fmt: skip
+    store = make_run(config(tasks=solo))
+    start(store)
+    ask(store, "build")
+    capsys.readouterr()
+
+    assert (
+        fast.fast(["wait", "latest", "--for", "started", "--home", str(store.paths.home.root)])
+        is None
+    )
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("output", [(), ("--json",)])
+def test_a_question_flagged_for_waiting_too_long_is_still_waited_for(
+    make_run: MakeRun, cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, output: tuple[str, ...],
+) -> None:  # fmt: skip
+    # Flagged by waitTimeout, the task kept its question (and took an answer), but `crew wait
+    # --for waiting` waited on until its timeout: the CI recipe of docs/ci.md hung.
+    store = make_run()
+    ask(store)
+    with change(store) as txn:
+        tasks.flag(txn, "plan", "waited more than 2s for an answer")
+    args = ("wait", "latest", "--for", "waiting", "--timeout", "5s", *output)
+
+    full = cli(*args, "--home", str(store.paths.home.root))
+    assert full.code == 0, full.err
+    assert "plan" in full.out and "needs_review" in full.out
+    if output:  # a wait that holds, without --timeout: the fast path's
+        twins = Twins(store, tmp_path)
+        full, quick = twins.both(cli, capsys, *args[:4], *output)
+        assert (quick.code, quick.out) == (full.code, full.out)
+
+
 @pytest.mark.parametrize("damaged", [False, True])
 def test_doctor_finds_prints_and_repairs_what_the_full_command_does(
     make_run: MakeRun,

@@ -36,9 +36,9 @@ def wait(call: Call) -> int:
     if "--json" in call.options:
         print_json({"runId": files.run_id, "for": until, "tasks": matching})
         return code
+    if any(_asking(t) for t in matching):
+        raise Fallback  # a question's line is crew/render.py's (before anything is printed)
     for task in matching:
-        if task.get("contact") is not None and task["status"] not in TERMINAL_TASK_STATUSES:
-            raise Fallback  # the question's line is crew/render.py's
         out(f"{task['id']} {task['status']}")
     return code
 
@@ -67,5 +67,10 @@ def _matching(
             if t["status"] in LIVE or (t["status"] in TERMINAL_TASK_STATUSES and t["attempt"] > 0)
         ]
     if until == "waiting":
-        return [t for t in tasks if t["status"] == "waiting"]
+        return [t for t in tasks if t["status"] == "waiting" or _asking(t)]
     raise Fallback
+
+
+def _asking(task: dict[str, Any]) -> bool:
+    """A question open: waiting, or flagged for waiting too long (crew/waiting.py `_waiting`)."""
+    return task.get("contact") is not None and task["status"] not in TERMINAL_TASK_STATUSES
