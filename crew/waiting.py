@@ -37,12 +37,14 @@ def wait_for_message(
 ) -> MailboxMessage:
     """Block until `message` is delivered (or acknowledged); its latest state.
 
-    Refused if it is rejected meanwhile; CrewTimeout (exit 3) when `timeout` passes first — the
+    Refused if it is rejected meanwhile, or its task ends with it delivered and not acknowledged
+    (no acknowledgement can come); CrewTimeout (exit 3) when `timeout` passes first — the
     message stays pending either way.
     """
     wanted = _REACHED[until]
     deadline = None if timeout is None else time.monotonic() + timeout
-    watcher = watch_folders([store.paths.mailbox_dir])  # before the first read: no change missed
+    # Before the first read, so no change is missed: the mailbox, and the run (its task's end).
+    watcher = watch_folders([store.paths.mailbox_dir, store.paths.root])
     follower = mailfile.Follower(store.paths.box(message.kind.box))
     latest = message
     try:
@@ -54,6 +56,8 @@ def wait_for_message(
                 return latest
             if latest.status is MessageStatus.REJECTED:
                 raise Refused(f"Message {message.id} was rejected: {latest.reason}.")
+            if latest.status is MessageStatus.DELIVERED:
+                _not_ended(store, latest)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise CrewTimeout(_still(latest, until, timeout or 0.0))
@@ -78,6 +82,16 @@ def wait_for_sent(
             sent, message=message, waited_for=until.value, wait_failed=failed
         )
     return dataclasses.replace(sent, message=message, waited_for=until.value)
+
+
+def _not_ended(store: RunStore, message: MailboxMessage) -> None:
+    """Refused when the task a delivered message waits to be acknowledged by has ended."""
+    status = store.state().task(message.task_id).status
+    if status.terminal:
+        raise Refused(
+            f"Message {message.id} was delivered to {message.task_id}, which ended ({status}) "
+            "without acknowledging it."
+        )
 
 
 def _still(message: MailboxMessage, until: MessageStatus, timeout: float) -> str:

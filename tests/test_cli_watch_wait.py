@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SESSION, CliResult
-from leaders import eventually, store_of, write_crew
+from leaders import Leader, eventually, store_of, write_crew
 from test_verbs import ask
 
 from crew import verbs
@@ -172,3 +172,23 @@ def test_watch_piped_prints_a_frame_for_each_change_until_the_run_ends(
     assert "? Ship it?" in frames[0]
     assert frames[-1].startswith(f"Run {run_id} · crew test · failed · 1 failed")
     assert len(set(frames)) == len(frames)  # a frame only when something changed
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_wait_for_an_acknowledgement_ends_when_its_task_ends_without_one(
+    tmp_path: Path, home: Home, fast: bool
+) -> None:
+    # The worker read the steer and ended without acknowledging it: `--wait-ack` without a
+    # --timeout waited for good (a CI step hung until the job's own timeout).
+    write_crew(
+        tmp_path, [{"id": "b", "prompt": "p"}], command=["sh", "-c", "echo start; read line"]
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    eventually(lambda: store.state().tasks["b"].status is TaskStatus.RUNNING, timeout=20)
+
+    steered = crew("steer", leader.run_id, "b", "go on", "--wait-ack", fast=fast, timeout=60)
+
+    assert steered.returncode == 4, steered.stderr
+    assert "which ended (completed) without acknowledging it" in steered.stderr
+    assert leader.finish() == 0, leader.err

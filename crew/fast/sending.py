@@ -29,7 +29,7 @@ from crew.fast.runfiles import (
 from crew.fast.shapes import as_crew_writes
 from crew.fast.status import INBOUND_BOXES, key_index_path, pending_index_path, read_run
 from crew.store.pending import BadLine, KeyIndex, PendingIndex
-from crew.store.taskfiles import task_ids
+from crew.store.taskfiles import SUFFIX, TASKS_DIR, task_ids
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -174,12 +174,14 @@ def _waited(
     wanted = {"acknowledged"} if until == "acknowledged" else {"delivered", "acknowledged"}
     timeout = _seconds(options.get("--timeout"))
     deadline = None if timeout is None else time.monotonic() + timeout
-    watcher = watch_folders([os.path.dirname(path)])  # before the first read: no change missed
+    # Before the first read, so no change is missed: the mailbox, and the run (its task's end).
+    watcher = watch_folders([os.path.dirname(path), files.root])
     state, offset = sent
     try:
         while True:
             try:
                 state, offset = _read_on(path, state, offset)
+                ended = _ended(files, state["taskId"]) if state["status"] == "delivered" else None
             except (Fallback, ValueError):
                 return _waited_by_the_library(files, state, until, (deadline, timeout))
             if state["status"] in wanted:
@@ -189,12 +191,29 @@ def _waited(
                     REFUSED,
                     f"Message {state['id']} was rejected: {state.get('reason')}.",
                 )
+            if ended is not None:  # crew/waiting.py `_not_ended`
+                return state, (
+                    REFUSED,
+                    f"Message {state['id']} was delivered to {state['taskId']}, which ended "
+                    f"({ended}) without acknowledging it.",
+                )
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return state, (TIMED_OUT, _still(state, until, timeout or 0.0))
             watcher.wait(remaining)
     finally:
         watcher.close()
+
+
+def _ended(files: RunFiles, task_id: str) -> str | None:
+    """The status of a task that has ended, from its snapshot (None while it is live)."""
+    if not is_task_id(task_id):
+        raise Fallback  # never a path made of an id not checked
+    task = files.read_json(f"{files.root}/{TASKS_DIR}/{task_id}{SUFFIX}")
+    if not isinstance(task, dict) or task.get("id") != task_id:
+        raise Fallback
+    status = task.get("status")
+    return status if status in ("completed", "failed", "cancelled") else None
 
 
 def _waited_by_the_library(
