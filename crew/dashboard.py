@@ -213,7 +213,7 @@ class Dashboard:
                     # a new Live (one that knows of no earlier frame to move up over) draws
                     # the next frame there: nothing stays above it, nothing above is drawn over.
                     with self._cooked(keys):
-                        self.notice, rows = self._answer(console)
+                        self.notice, rows = self._answer(console, keys, wake_fd)
                     console.control(_erase_rows(rows))
                     view = self.view()
         finally:
@@ -291,11 +291,16 @@ class Dashboard:
         finally:
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
-    def _answer(self, console: Console) -> tuple[str, int]:
+    def _answer(self, console: Console, keys: int | None, wake_fd: int | None) -> tuple[str, int]:
         """Ask the person for the answer to the oldest open question and send it: what became
-        of it, and how many rows of the terminal the exchange took."""
-        shown = _Rows(console)
-        return self._ask(shown), shown.rows
+        of it, and how many rows of the terminal the exchange took. The answer is typed on
+        `keys` (the terminal, in line mode); `wake_fd` becoming readable (the leader thread
+        finished: the run ended, or Ctrl-C stopped it) ends the question unanswered."""
+        shown = _Rows(console, keys, wake_fd)
+        try:
+            return self._ask(shown), shown.rows
+        except _Ended:
+            return "Not answered: the run is no longer led here.", shown.rows + 1
 
     def _ask(self, console: _Rows) -> str:
         """The exchange itself: the question, the answer typed, the respond sent."""
@@ -357,13 +362,18 @@ class Hints:
             yield Text(line, style=self.style, no_wrap=True, overflow="ellipsis")
 
 
+class _Ended(Exception):
+    """The leader thread finished while the person was typing an answer."""
+
+
 class _Rows:
     """Prints to a console and counts the terminal rows it took (wrapped lines and the line the
     person typed included), so that they can be erased."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, keys: int | None = None, wake_fd: int | None = None):
         self.console = console
         self.rows = 0
+        self._keys, self._wake_fd = keys, wake_fd
 
     def print(self, markup: str) -> None:
         from rich.text import Text
@@ -373,13 +383,34 @@ class _Rows:
         self.rows += len(self.console.render_lines(Text.from_markup(markup), pad=False))
 
     def input(self, prompt: str) -> str:
-        """A line typed by the person ('' at end of input)."""
-        try:
-            typed = input(prompt)
-        except EOFError:
-            typed = ""
+        """A line typed by the person ('' at end of input); _Ended when the wake-up descriptor
+        becomes readable first (a blocking `input()` would hold the terminal until Enter)."""
+        if self._keys is None or self._wake_fd is None:
+            try:
+                typed = input(prompt)
+            except EOFError:
+                typed = ""
+        else:
+            self.console.file.write(prompt)
+            self.console.file.flush()
+            typed = self._line()
         self.rows += self._height(prompt + typed)
         return typed
+
+    def _line(self) -> str:
+        """A line from the terminal in line mode (its own editing: erase, kill the line)."""
+        assert self._keys is not None and self._wake_fd is not None
+        typed = b""
+        while not typed.endswith(b"\n"):
+            ready, _, _ = select.select([self._keys, self._wake_fd], [], [])
+            if self._wake_fd in ready:
+                self.console.file.write("\n")
+                raise _Ended
+            chunk = os.read(self._keys, 4096)
+            if not chunk:
+                break  # end of input (Ctrl-D)
+            typed += chunk
+        return typed.decode(errors="replace").rstrip("\r\n")
 
     def _height(self, text: str) -> int:
         """The rows a line the terminal echoed takes (it wraps at its edge, not at spaces)."""

@@ -110,6 +110,38 @@ def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: H
 
 
 @NO_TMUX
+def test_ctrl_c_at_the_answer_prompt_stops_leading_too(terminal: Terminal, home: Home) -> None:
+    # The prompt was a blocking input(): the leader stopped, the command waited for Enter.
+    terminal.shows("⏎ answer plan's question")
+    terminal.keys("Enter")
+    terminal.shows("Answer (number or text")
+
+    terminal.keys("C-c")
+
+    final = terminal.shows("EXIT=130")
+    assert "crew resume" in final
+
+
+@NO_TMUX
+def test_a_run_answered_elsewhere_ends_with_the_answer_prompt_open(
+    terminal: Terminal, home: Home
+) -> None:
+    terminal.shows("⏎ answer plan's question")
+    terminal.keys("Enter")
+    terminal.shows("Answer (number or text")
+    (run_id,) = home.run_ids()
+
+    answered = subprocess.run(
+        [sys.executable, "-m", "crew", "respond", run_id, "plan", "postgres"],
+        cwd=home.root.parent, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert answered.returncode == 0, answered.stderr
+    final = terminal.shows("EXIT=0")
+    assert "completed" in final
+
+
+@NO_TMUX
 def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
     tmp_path: Path, home: Home
 ) -> None:
