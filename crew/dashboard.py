@@ -221,8 +221,12 @@ class Dashboard:
 
     def frames(self, *, done: Callable[[View], bool], console: Console) -> View:
         """Without a terminal: print the view as plain text each time it changes (a blank line
-        between two frames) until `done(view)`; the last view."""
+        between two frames) until `done(view)`; the last view. Refused once the run has no
+        leader (after the frame that says so): nothing would change any more."""
+        from crew.waiting import LeaderWatch
+
         watcher = self._watcher()
+        leader = LeaderWatch(self.store)
         shown: str | None = None
         try:
             while True:
@@ -236,8 +240,9 @@ class Dashboard:
                     shown = text
                 if done(view):
                     return view
-                self._wait(watcher, None, None)
+                leader.pause(watcher, view.state.run, None)
         finally:
+            leader.close()
             watcher.close()
 
     def _watcher(self) -> Watcher:

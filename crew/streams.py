@@ -10,14 +10,16 @@ from crew.store import eventlog, jsonl
 from crew.store.files import open_read
 from crew.store.logindex import TaskLog, TimedLine, merged
 from crew.store.runstore import RunStore
+from crew.store.state import RunState
 from crew.store.watch import watch_folders
+from crew.waiting import LeaderWatch
 
 
 def follow_events(
     store: RunStore, *, follow: bool
 ) -> Iterator[tuple[Event | None, jsonl.BadLine | None]]:
     """Yield each event of a run (and each bad line); with `follow`, keep going as events are
-    appended, until the run ends.
+    appended, until the run ends (Refused once it has no leader: it will not end then).
 
     Survives the log being replaced by a repair: it re-reads from the start and skips what it
     already showed (by seq).
@@ -26,9 +28,11 @@ def follow_events(
     shown_seq = 0
     ended = False
     watcher = watch_folders([store.paths.root], step_ms=20) if follow else None
+    leader = LeaderWatch(store)
     try:
         if follow:
-            ended = store.state().run.status.terminal
+            run = store.state().run
+            ended = run.status.terminal
         while True:
             result = follower.poll()
             for bad in result.bad:
@@ -42,20 +46,24 @@ def follow_events(
             if watcher is None or ended or not store.paths.root.is_dir():
                 return
             # The timeout only guards against a missed notification; changes wake it at once.
-            watcher.wait(5.0)
+            leader.pause(watcher, run, 5.0)
     finally:
+        leader.close()
         if watcher is not None:
             watcher.close()
 
 
 def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes]:
-    """A worker's output, as stored; with `follow`, keep going until the task has ended."""
+    """A worker's output, as stored; with `follow`, keep going until the task has ended (Refused
+    once the run has no leader)."""
     path = store.paths.log(task_id)
     offset = 0
     watcher = watch_folders([store.paths.logs_dir, store.paths.root]) if follow else None
+    leader = LeaderWatch(store)
     try:
         while True:
-            ended = not follow or store.state().task(task_id).status.terminal
+            state = store.state()
+            ended = not follow or state.task(task_id).status.terminal
             try:
                 with open_read(path) as handle:
                     handle.seek(offset)
@@ -66,8 +74,9 @@ def follow_log(store: RunStore, task_id: str, *, follow: bool) -> Iterator[bytes
                 pass
             if watcher is None or ended:
                 return
-            watcher.wait(5.0)
+            leader.pause(watcher, state.run, 5.0)
     finally:
+        leader.close()
         if watcher is not None:
             watcher.close()
 
@@ -94,13 +103,16 @@ def follow_lines(
     """The output of `task_ids` as lines in the order they were received, batch by batch: read
     each batch before asking for the next (`tail`: only the last lines of each task; `since_us`:
     only those received since). With `follow`, keeps going until the tasks have ended
-    (`every_task`: until the run has, taking in tasks added to it on the way)."""
+    (`every_task`: until the run has, taking in tasks added to it on the way; Refused once the
+    run has no leader)."""
     logs = {task_id: TaskLog(task_id, store.paths.log(task_id)) for task_id in task_ids}
     watcher = watch_folders([store.paths.logs_dir, store.paths.root]) if follow else None
+    leader = LeaderWatch(store)
     first = True
     try:
         while True:
-            ended = not follow or _ended(store, logs, every_task=every_task)
+            state = store.state()
+            ended = not follow or _ended(state, logs, store, every_task=every_task)
             # The leader writes records in time order: every line received by the newest time
             # read now is in the logs once they are read again, after it (docs/design.md).
             until = None if ended else max((log.newest() for log in logs.values()), default=0)
@@ -115,16 +127,16 @@ def follow_lines(
             if watcher is None or ended:
                 return
             # The timeout only guards against a missed notification; changes wake it at once.
-            watcher.wait(5.0)
+            leader.pause(watcher, state.run, 5.0)
     finally:
+        leader.close()
         if watcher is not None:
             watcher.close()
 
 
-def _ended(store: RunStore, logs: dict[str, TaskLog], *, every_task: bool) -> bool:
+def _ended(state: RunState, logs: dict[str, TaskLog], store: RunStore, *, every_task: bool) -> bool:
     """Whether what is followed has ended (read before the logs: their last lines are in them
     by then). Following every task, tasks the run gained join `logs`."""
-    state = store.state()
     if not every_task:
         return all(state.task(task_id).status.terminal for task_id in logs)
     for task_id in state.tasks:

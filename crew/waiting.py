@@ -126,7 +126,7 @@ def wait_for_run(
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     watcher = watch_folders([store.paths.root])  # before the first read: no change missed
-    leader = _LeaderWatch(store)
+    leader = LeaderWatch(store)
     try:
         while True:
             state = store.state()
@@ -144,14 +144,13 @@ def wait_for_run(
             what = f"task {task_id}" if task_id else f"run {store.run_id}"
             if ended:
                 raise Refused(f"{what.capitalize()} ended ({status}) without {_NEVER[until]}.")
-            leader.check(state.run)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise CrewTimeout(
                     f"Timed out after {clock.format_duration(timeout or 0)} waiting for {what} "
                     f"{_GOALS[until]}."
                 )
-            leader.wait(watcher, remaining)
+            leader.pause(watcher, state.run, remaining)
     finally:
         watcher.close()
         leader.close()
@@ -174,7 +173,7 @@ _GOALS = {Until.STARTED: "to start", Until.WAITING: "to wait for an answer", Unt
 _NEVER = {Until.STARTED: "starting", Until.WAITING: "waiting for an answer"}
 
 
-class _LeaderWatch:
+class LeaderWatch:
     """The run's leader, for a waiter: a dead one is an error, noticed as it dies (a pidfd where
     the leader runs on this host) or as its heartbeat goes stale (a hung leader, another host)."""
 
@@ -184,14 +183,28 @@ class _LeaderWatch:
         self._pidfd: int | None = None
         #: When the leader's heartbeat goes stale unless it beats again (monotonic).
         self._stale_at: float | None = None
+        self._looked_again = False
 
-    def check(self, run: Run) -> None:
-        """Refused when the run has no live leader: nothing will change without one."""
+    def pause(self, watcher: Watcher, run: Run, timeout: float | None) -> None:
+        """Until the run's files change, its leader dies, or `timeout` passes. A run without a
+        live leader will not change: Refused — the second time in a row, as a leader that
+        ended the run leaves just after, and the caller looks at the run once more first."""
+        gone = self.gone(run)
+        if gone is None:
+            self._looked_again = False
+            self.wait(watcher, timeout)
+        elif self._looked_again:
+            raise gone
+        else:
+            self._looked_again = True
+
+    def gone(self, run: Run) -> Refused | None:
+        """What to say when the run has no live leader (None while it has one)."""
         stale_after = run.config.crew.leader_stale_after
         lease = read_lease(self._store.paths, stale_after=stale_after)
         if lease.state is not LeaseState.ALIVE or lease.leader is None:
             why = lease.reason or "no leader has led it"
-            raise Refused(
+            return Refused(
                 f"Run {run.run_id} has no leader ({why}): it cannot get there until one leads "
                 "it again.",
                 hint=f"`crew resume {run.run_id}` leads it again.",
@@ -204,6 +217,7 @@ class _LeaderWatch:
             self._pid = info.pid
             with contextlib.suppress(OSError, AttributeError):
                 self._pidfd = os.pidfd_open(info.pid)
+        return None
 
     def wait(self, watcher: Watcher, timeout: float | None) -> None:
         """Until the run's files change, its leader dies, or `timeout` passes."""

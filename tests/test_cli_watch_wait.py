@@ -192,3 +192,35 @@ def test_a_wait_for_an_acknowledgement_ends_when_its_task_ends_without_one(
     assert steered.returncode == 4, steered.stderr
     assert "which ended (completed) without acknowledging it" in steered.stderr
     assert leader.finish() == 0, leader.err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("logs", "{run}", "b", "-f"), ("logs", "{run}", "-f"), ("events", "{run}", "--follow"), ("watch", "{run}")],
+    ids=["logs of a task", "logs", "events", "watch"],
+)  # fmt: skip
+def test_a_follower_of_a_run_whose_leader_dies_says_so_and_ends(
+    tmp_path: Path, home: Home, args: tuple[str, ...]
+) -> None:
+    # Killed, the leader left `crew logs -f`, `crew events --follow` and `crew watch | tee`
+    # following a run that could no longer change: a CI job hung until its own timeout.
+    write_crew(tmp_path, [{"id": "b", "prompt": "p"}], command=["sh", "-c", "echo start; sleep 60"])
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+    log = store.paths.log("b")
+    eventually(lambda: log.exists() and "start" in log.read_text(), timeout=20)
+    command = [sys.executable, "-m", "crew", *(a.format(run=leader.run_id) for a in args)]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline()  # following: it has shown what there is
+
+        leader.process.kill()
+        leader.finish()  # reaped: its pid is gone
+        _, err = follower.communicate(timeout=30)
+    finally:
+        follower.kill()
+        crew("cancel", leader.run_id)  # the worker the leader left
+
+    assert follower.returncode == 4, err
+    assert f"Run {leader.run_id} has no leader" in err and "crew resume" in err
