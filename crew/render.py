@@ -269,7 +269,9 @@ def _doctor(report: DoctorReport) -> None:
 def _initialized(result: Initialized) -> None:
     if result.created:
         _out(f"Created {result.home}")
+    if result.created or result.wrote_config:
         _out(f"  {result.config_file.name}   the crew definition: edit it, then `crew run`")
+    if result.created:
         _out("  state/      runs, events and mailboxes (private to you)")
 
 

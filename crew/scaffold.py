@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from crew import env
@@ -77,7 +78,8 @@ prompt = "say hello"
 def init_home(directory: Path | None = None) -> Initialized:
     """Create `directory/.crew` (or $CREW_HOME's folder when no directory is given).
 
-    An existing home is left exactly as it is.
+    An existing home is left as it is, but for a crew.toml it lacks (the template is written:
+    `crew run` sends whoever has none to `crew init`).
     """
     named = env.HOME.value()
     if directory is None and named:
@@ -88,7 +90,11 @@ def init_home(directory: Path | None = None) -> Initialized:
     if root.exists():
         if not root.is_dir():
             raise UsageError(f"{root} exists and is not a folder.")
-        return Initialized(root, Home(root).config_file, created=False)
+        config = Home(root).config_file
+        if os.path.lexists(config):
+            return Initialized(root, config, created=False)
+        write_atomic(config, CONFIG_TEMPLATE.encode())
+        return Initialized(root, config, created=False, wrote_config=True)
     if not root.parent.is_dir():
         raise UsageError(f"Cannot create {root}: {root.parent} is not a folder.")
     make_dirs(root)

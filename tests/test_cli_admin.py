@@ -50,6 +50,22 @@ def test_init_creates_a_home_and_leaves_an_existing_one_untouched(
     assert (home / "crew.toml").read_text() == "# mine\n"
 
 
+def test_init_of_a_home_without_its_crew_toml_writes_only_that(cli: Cli, tmp_path: Path) -> None:
+    # `crew run` in a .crew without crew.toml says "Create one with `crew init`", and `crew
+    # init` left the home untouched: the hint went round in a circle.
+    home = tmp_path / ".crew"
+    (home / "state").mkdir(parents=True)
+    (home / "state" / "keep").write_text("mine\n")
+
+    result = cli("init", str(tmp_path))
+
+    assert result.code == 0, result.err
+    assert result.err == f"crew: {home} already exists; wrote the crew.toml it lacked.\n"
+    assert "crew.toml   the crew definition" in result.out
+    assert (home / "crew.toml").read_text().startswith("# crew.toml")
+    assert sorted(p.name for p in (home / "state").iterdir()) == ["keep"]
+
+
 def test_init_without_a_folder_uses_crew_home(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

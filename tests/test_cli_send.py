@@ -73,7 +73,7 @@ def test_json_prints_the_message(cli: Cli, make_run: MakeRun) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "error"),
     [
-        (("respond", "latest", "plan", "x"), 4, "crew: error: Task plan is running: respond needs a task that is waiting for an answer (or flagged needs_review).\nIt has not asked anything; `crew steer` redirects a running task.\n"),
+        (("respond", "latest", "plan", "x"), 4, "crew: error: Task plan is running: respond needs a task that is waiting for an answer (or flagged needs_review).\nIt asks nothing now (a question it asked was answered, by someone else perhaps, or taken back); `crew steer` redirects a running task.\n"),
         (("steer", "latest", "build", "x"), 4, "crew: error: Task build is queued: steer needs a task that is running or waiting.\nIt has not started yet; `crew follow-up` queues work for it.\n"),
         (("steer", "latest", "deploy", "x"), 5, "crew: error: Run {run} has no task 'deploy' (tasks: plan, build).\n"),
         (("steer", "1999", "plan", "x"), 5, "crew: error: No run matches '1999' in {runs}.\nSee `crew runs`.\n"),

@@ -71,6 +71,13 @@ def test_a_waiting_task_is_never_judged_stalled_but_can_wait_too_long() -> None:
     assert verdict.reason == "waited more than 1m40s for an answer"
 
 
+def test_a_wait_timeout_under_a_minute_is_named_as_it_was_given() -> None:
+    clock = Clock(started=0, last_output=0)
+    clock.observe(TaskStatus.WAITING, 1)
+    verdict = judge(task(TaskStatus.WAITING), agent(waitTimeout=1.5), clock, 3, nudge_pending=False)
+    assert verdict.reason == "waited more than 1.5s for an answer"  # not "2s"
+
+
 def test_time_spent_waiting_does_not_count_against_the_timeout() -> None:
     clock = Clock(started=0, last_output=0)
     clock.observe(TaskStatus.WAITING, 10)

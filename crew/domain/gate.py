@@ -233,7 +233,10 @@ def check_status(task: Task, verb: Verb) -> None:
     if task.status is TaskStatus.QUEUED and verb is not FOLLOW_UP:
         hint = "It has not started yet; `crew follow-up` queues work for it."
     elif task.status is TaskStatus.RUNNING and verb is RESPOND:
-        hint = "It has not asked anything; `crew steer` redirects a running task."
+        hint = (
+            "It asks nothing now (a question it asked was answered, by someone else perhaps, or "
+            "taken back); `crew steer` redirects a running task."
+        )
     elif task.status.terminal:
         hint = "It has finished; `crew rerun RUN TASK` runs it again in a new run."
     raise Refused(

@@ -118,4 +118,7 @@ def judge(
 
 
 def _seconds(value: float) -> str:
+    """A duration as crew.toml may give it: `1.5s` is not rounded to `2s`."""
+    if 1 <= value < 60 and value != int(value):
+        return f"{value:.3g}s"
     return format_duration(value)

@@ -69,9 +69,15 @@ class Initialized(Result):
     home: Path
     config_file: Path
     created: bool
+    #: An existing home lacked its crew.toml: the template was written into it.
+    wrote_config: bool = False
 
     def notes(self) -> list[str]:
-        return [] if self.created else [f"{self.home} already exists; left it untouched."]
+        if self.created:
+            return []
+        if self.wrote_config:
+            return [f"{self.home} already exists; wrote the {self.config_file.name} it lacked."]
+        return [f"{self.home} already exists; left it untouched."]
 
     def to_json(self) -> dict[str, Any]:
         return {"home": str(self.home), "config": str(self.config_file), "created": self.created}
