@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import CliResult, config
+from conftest import SESSION, CliResult, config
 
 from crew import ids
-from crew.domain import change, mailbox, tasks
+from crew.domain import change, lease, mailbox, tasks
 from crew.models import MailboxMessage, SupervisorContact
 from crew.registry import (
     ContactType,
@@ -225,6 +225,7 @@ def test_events_reports_a_corrupt_line_on_stderr_and_goes_on(cli: Cli, make_run:
 
 def test_events_follow_prints_new_events_until_the_run_ends(cli: Cli, make_run: MakeRun) -> None:
     store = make_run()
+    lease.write_lease(store.paths, lease.new_lease(SESSION, 0))  # led: by this process
 
     def writer() -> None:
         time.sleep(0.2)
