@@ -49,15 +49,21 @@ def wait_for_message(
     latest = message
     try:
         while True:
-            for line in follower.poll().records:
-                if line.id == message.id:
-                    latest = line
+            latest = _latest(follower, latest)
             if latest.status in wanted:
                 return latest
             if latest.status is MessageStatus.REJECTED:
                 raise Refused(f"Message {message.id} was rejected: {latest.reason}.")
-            if latest.status is MessageStatus.DELIVERED:
-                _not_ended(store, latest)
+            if latest.status is MessageStatus.DELIVERED and _ended(store, latest):
+                # Acknowledged just before the task ended? A change writes its mailbox lines
+                # before its task files: the line is there once the end shows.
+                latest = _latest(follower, latest)
+                if latest.status in wanted:
+                    return latest
+                raise Refused(
+                    f"Message {message.id} was delivered to {message.task_id}, which ended "
+                    f"({_ended(store, latest)}) without acknowledging it."
+                )
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise CrewTimeout(_still(latest, until, timeout or 0.0))
@@ -84,14 +90,18 @@ def wait_for_sent(
     return dataclasses.replace(sent, message=message, waited_for=until.value)
 
 
-def _not_ended(store: RunStore, message: MailboxMessage) -> None:
-    """Refused when the task a delivered message waits to be acknowledged by has ended."""
+def _latest(follower: mailfile.Follower, message: MailboxMessage) -> MailboxMessage:
+    """The message as the lines its mailbox file gained since the last look leave it."""
+    for line in follower.poll().records:
+        if line.id == message.id:
+            message = line
+    return message
+
+
+def _ended(store: RunStore, message: MailboxMessage) -> TaskStatus | None:
+    """How the task of `message` ended (None while it is live)."""
     status = store.state().task(message.task_id).status
-    if status.terminal:
-        raise Refused(
-            f"Message {message.id} was delivered to {message.task_id}, which ended ({status}) "
-            "without acknowledging it."
-        )
+    return status if status.terminal else None
 
 
 def _still(message: MailboxMessage, until: MessageStatus, timeout: float) -> str:

@@ -182,6 +182,8 @@ def _waited(
             try:
                 state, offset = _read_on(path, state, offset)
                 ended = _ended(files, state["taskId"]) if state["status"] == "delivered" else None
+                if ended is not None:  # acknowledged just before? Its line is written by then
+                    state, offset = _read_on(path, state, offset)
             except (Fallback, ValueError):
                 return _waited_by_the_library(files, state, until, (deadline, timeout))
             if state["status"] in wanted:
