@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from crew import clock
+from crew.dashboard_prompt import Ended, Rows, erase_rows
 from crew.errors import CrewError, ExitCode
 from crew.models import Event, Task
 from crew.protocol import Ack, Contact, DecisionRecord, Report, parse_line, strip_ansi
@@ -28,11 +29,10 @@ from crew.store.state import RunState
 from crew.store.watch import Watcher, watch_folders
 from crew.text import placement, tally, terminal_safe
 from crew.textviews import NOT_PLACED
-from crew.views import pending_counts, pending_messages
+from crew.views import leader_warnings, pending_counts, pending_messages
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-    from rich.control import Control as RichControl
 
     from crew.leader import LeadOptions
     from crew.session import Actor
@@ -109,9 +109,8 @@ class Dashboard:
         messages = pending_messages(self.store)
         self._recent = (self._recent + self._events.poll().records)[-EVENTS_SHOWN:]
         lines = {t.id: last_line(self.store.paths.log(t.id)) for t in tasks if t.attempt}
-        return View(
-            state, pending_counts(tasks, messages), lines, self._recent, recovery.warnings()
-        )
+        warnings = recovery.warnings() + leader_warnings(self.store, state)
+        return View(state, pending_counts(tasks, messages), lines, self._recent, warnings)
 
     # ------------------------------------------------------------------ drawing
 
@@ -190,16 +189,20 @@ class Dashboard:
         from rich.live import Live
 
         from crew.output import console as stdout_console
+        from crew.waiting import LeaderWatch
 
         console = console or stdout_console()
         watcher = self._watcher()
+        leader = LeaderWatch(self.store) if self.watching else None  # `crew run` leads it itself
         view = self.view()
         try:
             with self._keys() as keys:
                 while True:
                     with Live(self.render(view), console=console, auto_refresh=False) as live:
                         while not done(view):
-                            key = self._wait(watcher, keys, wake_fd)
+                            # Its leader dying changes no file: the view says so at once.
+                            dies = leader.wakeups(view.state.run) if leader else ([], None)
+                            key = self._wait(watcher, keys, wake_fd, dies)
                             if key == "q" and quit_key:
                                 return None
                             if key in {"\r", "\n"} and self.interactive:
@@ -214,9 +217,11 @@ class Dashboard:
                     # the next frame there: nothing stays above it, nothing above is drawn over.
                     with self._cooked(keys):
                         self.notice, rows = self._answer(console, keys, wake_fd)
-                    console.control(_erase_rows(rows))
+                    console.control(erase_rows(rows))
                     view = self.view()
         finally:
+            if leader is not None:
+                leader.close()
             watcher.close()
 
     def frames(self, *, done: Callable[[View], bool], console: Console) -> View:
@@ -249,16 +254,23 @@ class Dashboard:
         paths = self.store.paths
         return watch_folders([paths.root, paths.mailbox_dir, paths.logs_dir])
 
-    def _wait(self, watcher: Watcher, keys: int | None, wake_fd: int | None) -> str:
-        """Sleep until a file changes, `wake_fd` is readable, or a key is pressed (returned)."""
-        fds = [fd for fd in (watcher.fileno(), keys, wake_fd) if fd is not None]
+    def _wait(
+        self,
+        watcher: Watcher,
+        keys: int | None,
+        wake_fd: int | None,
+        dies: tuple[list[int], float | None] = ([], None),
+    ) -> str:
+        """Sleep until a file changes, `wake_fd` is readable, a key is pressed (returned), or the
+        run's leader dies (`dies`: its pidfd, and the seconds until its heartbeat goes stale)."""
+        fds = [fd for fd in (watcher.fileno(), keys, wake_fd, *dies[0]) if fd is not None]
         if watcher.fileno() is None:  # no descriptor to wait on (not Linux): files, then keys
             watcher.wait(FALLBACK_WAIT if not fds else 0.0)
             if not fds:
                 return ""
             ready, _, _ = select.select(fds, [], [], FALLBACK_WAIT)
         else:
-            ready, _, _ = select.select(fds, [], [])
+            ready, _, _ = select.select(fds, [], [], dies[1])
         if watcher.fileno() in ready:
             drain = getattr(watcher, "drain", None)
             if drain is not None:
@@ -301,13 +313,13 @@ class Dashboard:
         of it, and how many rows of the terminal the exchange took. The answer is typed on
         `keys` (the terminal, in line mode); `wake_fd` becoming readable (the leader thread
         finished: the run ended, or Ctrl-C stopped it) ends the question unanswered."""
-        shown = _Rows(console, keys, wake_fd)
+        shown = Rows(console, keys, wake_fd)
         try:
             return self._ask(shown), shown.rows
-        except _Ended:
+        except Ended:
             return "Not answered: the run is no longer led here.", shown.rows + 1
 
-    def _ask(self, console: _Rows) -> str:
+    def _ask(self, console: Rows) -> str:
         """The exchange itself: the question, the answer typed, the respond sent."""
         from crew import verbs
 
@@ -365,72 +377,6 @@ class Hints:
                 lines.append(piece)
         for line in lines:
             yield Text(line, style=self.style, no_wrap=True, overflow="ellipsis")
-
-
-class _Ended(Exception):
-    """The leader thread finished while the person was typing an answer."""
-
-
-class _Rows:
-    """Prints to a console and counts the terminal rows it took (wrapped lines and the line the
-    person typed included), so that they can be erased."""
-
-    def __init__(self, console: Console, keys: int | None = None, wake_fd: int | None = None):
-        self.console = console
-        self.rows = 0
-        self._keys, self._wake_fd = keys, wake_fd
-
-    def print(self, markup: str) -> None:
-        from rich.text import Text
-
-        self.console.print(markup)
-        # As rich wrapped it (at spaces), not as the terminal would have.
-        self.rows += len(self.console.render_lines(Text.from_markup(markup), pad=False))
-
-    def input(self, prompt: str) -> str:
-        """A line typed by the person ('' at end of input); _Ended when the wake-up descriptor
-        becomes readable first (a blocking `input()` would hold the terminal until Enter)."""
-        if self._keys is None or self._wake_fd is None:
-            try:
-                typed = input(prompt)
-            except EOFError:
-                typed = ""
-        else:
-            self.console.file.write(prompt)
-            self.console.file.flush()
-            typed = self._line()
-        self.rows += self._height(prompt + typed)
-        return typed
-
-    def _line(self) -> str:
-        """A line from the terminal in line mode (its own editing: erase, kill the line)."""
-        assert self._keys is not None and self._wake_fd is not None
-        typed = b""
-        while not typed.endswith(b"\n"):
-            ready, _, _ = select.select([self._keys, self._wake_fd], [], [])
-            if self._wake_fd in ready:
-                self.console.file.write("\n")
-                raise _Ended
-            chunk = os.read(self._keys, 4096)
-            if not chunk:
-                break  # end of input (Ctrl-D)
-            typed += chunk
-        return typed.decode(errors="replace").rstrip("\r\n")
-
-    def _height(self, text: str) -> int:
-        """The rows a line the terminal echoed takes (it wraps at its edge, not at spaces)."""
-        from rich.cells import cell_len
-
-        return max(1, -(-cell_len(text) // max(1, self.console.width)))
-
-
-def _erase_rows(rows: int) -> RichControl:
-    """Erase the `rows` rows above the cursor (which starts a line) and go to the first."""
-    from rich.control import Control as RichControl
-    from rich.segment import ControlType
-
-    up_and_erase = ((ControlType.CURSOR_UP, 1), (ControlType.ERASE_IN_LINE, 2))
-    return RichControl(ControlType.CARRIAGE_RETURN, *(up_and_erase * rows))
 
 
 def lead_with_view(store: RunStore, session: str | Actor, options: LeadOptions) -> ExitCode:

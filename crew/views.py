@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from crew.domain.lease import LeaseState, read_lease
+from crew.domain.lease import Lease, LeaseState, read_lease
 from crew.errors import CrewError, UsageError
 from crew.models import Event, MailboxMessage, Run, Task
 from crew.paths import Home
@@ -30,6 +30,7 @@ from crew.results.reading import (
 )
 from crew.store.jsonl import BadLine
 from crew.store.runstore import RunStore
+from crew.store.state import RunState
 from crew.text import counts
 
 
@@ -77,36 +78,45 @@ def run_status(store: RunStore) -> StatusReport:
     state = recovery.state
     tasks = state.task_list()
     pending = pending_counts(tasks, pending_messages(store))
-    warnings = recovery.warnings()
     lease = read_lease(store.paths, stale_after=state.run.config.crew.leader_stale_after)
+    warnings = recovery.warnings() + leader_warnings(store, state, lease)
+    warnings.extend(_backlog_warnings(state.run, pending))
     log = store.paths.leader_log
     leader_log = str(log) if log.is_file() else None
-    if not state.run.status.terminal:
-        if lease.state is LeaseState.STALE:
-            crashed = lease.leader is not None and (lease.leader.stopped_reason or "").startswith(
-                "crashed"
-            )
-            warnings.append(
-                f"the leader is gone ({lease.reason}): run `crew resume {state.run.run_id}` "
-                "to lead the run again" + (f"; its traceback is in {log}" if crashed else "")
-            )
-        elif lease.state is LeaseState.ABSENT and any(
-            t.status is not TaskStatus.QUEUED for t in tasks
-        ):
-            warnings.append(
-                f"no leader is running: run `crew resume {state.run.run_id}` to lead the run"
-            )
-        elif lease.leader is not None and lease.leader.watcher is WatcherKind.POLL:
-            warnings.append(
-                "file events are unavailable here: the leader polls the mailbox instead"
-            )
-        if lease.state is LeaseState.ALIVE and lease.leader is not None and lease.leader.degraded:
-            warnings.append(
-                f"the leader is degraded ({lease.leader.degraded}): it holds back what failed "
-                "and retries, and goes on once that clears"
-            )
-    warnings.extend(_backlog_warnings(state.run, pending))
     return StatusReport(state.run, tasks, pending, warnings, lease, leader_log)
+
+
+def leader_warnings(store: RunStore, state: RunState, lease: Lease | None = None) -> list[str]:
+    """What to say of the leader of a run that has not ended: gone, never started, polling
+    for want of file events, degraded (`lease`: as read just now, else read here)."""
+    if state.run.status.terminal:
+        return []
+    if lease is None:
+        lease = read_lease(store.paths, stale_after=state.run.config.crew.leader_stale_after)
+    warnings: list[str] = []
+    if lease.state is LeaseState.STALE:
+        crashed = lease.leader is not None and (lease.leader.stopped_reason or "").startswith(
+            "crashed"
+        )
+        log = store.paths.leader_log
+        warnings.append(
+            f"the leader is gone ({lease.reason}): run `crew resume {state.run.run_id}` "
+            "to lead the run again" + (f"; its traceback is in {log}" if crashed else "")
+        )
+    elif lease.state is LeaseState.ABSENT and any(
+        t.status is not TaskStatus.QUEUED for t in state.task_list()
+    ):
+        warnings.append(
+            f"no leader is running: run `crew resume {state.run.run_id}` to lead the run"
+        )
+    elif lease.leader is not None and lease.leader.watcher is WatcherKind.POLL:
+        warnings.append("file events are unavailable here: the leader polls the mailbox instead")
+    if lease.state is LeaseState.ALIVE and lease.leader is not None and lease.leader.degraded:
+        warnings.append(
+            f"the leader is degraded ({lease.leader.degraded}): it holds back what failed "
+            "and retries, and goes on once that clears"
+        )
+    return warnings
 
 
 def _backlog_warnings(run: Run, pending: PendingCounts) -> list[str]:

@@ -229,6 +229,15 @@ class LeaderWatch:
                 self._pidfd = os.pidfd_open(info.pid)
         return None
 
+    def wakeups(self, run: Run) -> tuple[list[int], float | None]:
+        """For a waiter on descriptors of its own (a live view), what wakes it as the run's
+        leader dies: its pidfd, and the seconds until its heartbeat goes stale (neither once
+        the run has no live leader)."""
+        if self.gone(run) is not None:
+            return [], None
+        stale = None if self._stale_at is None else max(0.0, self._stale_at - time.monotonic())
+        return ([self._pidfd] if self._pidfd is not None else []), stale
+
     def wait(self, watcher: Watcher, timeout: float | None) -> None:
         """Until the run's files change, its leader dies, or `timeout` passes."""
         if self._stale_at is not None:

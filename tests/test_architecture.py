@@ -62,6 +62,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "crew.render_streams",
         "crew.loglines",
         "crew.dashboard",
+        "crew.dashboard_prompt",
         "crew.mcp_server",
         "crew.cli",
         "crew.fast",

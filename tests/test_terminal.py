@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -177,6 +179,30 @@ def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
     finally:
         watch.close()
     assert "got respond yes please" in store_of(home, run_id).paths.log("ask").read_text()
+
+
+@NO_TMUX
+def test_crew_watch_says_at_once_that_the_leader_died(tmp_path: Path, home: Home) -> None:
+    # Its leader's death changes no file: the view went on showing a run that was not led.
+    write_crew(tmp_path, [{"id": "slow", "prompt": "say:busy ; sleep:30"}], crew={"leaderStaleAfter": "3s"})
+    started = subprocess.run(
+        [sys.executable, "-m", "crew", "run", "crew.toml", "--detach", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    run = json.loads(started.stdout)
+    watch = Terminal(
+        f"crew-dies-{os.getpid()}", f"{shlex.quote(sys.executable)} -m crew watch {run['runId']}", tmp_path
+    )  # fmt: skip
+    try:
+        watch.shows("busy")
+        os.kill(run["pid"], signal.SIGKILL)
+        screen = watch.shows("the leader is gone")
+        assert f"crew resume {run['runId']}" in screen
+    finally:
+        watch.close()
+        subprocess.run(
+            [sys.executable, "-m", "crew", "cancel", run["runId"]], capture_output=True, check=False
+        )
 
 
 @NO_TMUX
