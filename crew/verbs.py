@@ -247,14 +247,20 @@ def cancel(
             return result
         if overridden is not None:
             gate.record_override(txn, overridden, session, "cancel", task_id=task_id)
+        from crew.domain import adding  # here: the sending verbs never load it
+
         reason = f"cancelled by {session}"
-        for each in [task] if task is not None else txn.state.task_list():
+        chosen = [task] if task is not None else txn.state.task_list()
+        # What a cancelled task spawned is cancelled with it: nothing is left to take its result.
+        spawned = adding.descendants(txn.state.tasks, task.id) if task is not None else []
+        for each in [*chosen, *(txn.state.tasks[i] for i in spawned)]:
             if each.status.terminal:
                 continue
             # A worker on a Ray node (`node`) is another machine's pid: its leader stops it.
             if each.status in LIVE_TASK_STATUSES and each.pid is not None and each.node is None:
                 targets.append((each.id, each.pid, None))
-            tasks.cancel(txn, each.id, reason, message=f"task {each.id} {reason}")
+            why = reason if each is task or task is None else f"parent {task.id} {reason}"
+            tasks.cancel(txn, each.id, why, message=f"task {each.id} {why}")
         if task is None:  # the whole run: it ends cancelled, not failed
             from crew.domain import runs  # here: the sending verbs never load run creation
 

@@ -1112,6 +1112,26 @@ def test_add_handoff_and_cancel_do_what_the_full_commands_do(
     )
 
 
+def test_a_cancel_of_a_task_that_spawned_cancels_what_it_spawned_as_the_full_command_does(
+    make_run: MakeRun, cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    from crew.domain import adding
+    from crew.protocol import SpawnRequest
+
+    store = make_run(config(agents={"coder": {"command": ["true"], "may": ["spawn"]}}))
+    start(store)
+    with change(store) as txn:
+        adding.spawn(txn, "plan", SpawnRequest("coder", "test it"), unnamed=1)
+    twins = Twins(store, tmp_path)
+
+    full, quick = twins.both(cli, capsys, "cancel", twins.run_id, "plan")
+
+    assert (quick.code, quick.out) == (full.code, full.out)
+    assert "Cancelled plan, build, plan.1 in run" in quick.out
+    twins.same_files()
+
+
 @pytest.mark.parametrize("key", [None, "k"])
 @pytest.mark.parametrize("title", [None, "A title"])
 def test_an_added_task_is_written_as_the_model_writes_it(

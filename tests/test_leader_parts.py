@@ -298,6 +298,25 @@ def test_the_nth_unnamed_spawn_of_a_new_attempt_gets_the_nth_child_of_an_earlier
     }
 
 
+def test_a_cancelled_task_takes_what_it_spawned_with_it(make_run: MakeRun) -> None:
+    # The children of a cancelled task ran on (and spent) with no one to take their results.
+    spawner = {"command": ["python3", "-c", "pass"], "may": ["spawn"]}
+    solo = [{"id": "plan", "agent": "coder", "prompt": "p"}, {"id": "other", "agent": "coder", "prompt": "o"}]  # fmt: skip
+    store = make_run(config(agents={"coder": spawner}, tasks=solo))
+    start(store)
+    hear(store, SpawnRequest("coder", "test it"), SpawnRequest("coder", "lint it"))
+    start(store, "plan.1")
+    hear(store, SpawnRequest("coder", "deeper"), task="plan.1")
+
+    cancelled = verbs.cancel(store, "plan", session=SESSION)
+
+    state = store.state()
+    assert cancelled.tasks == ["plan", "plan.1", "plan.2", "plan.1.1"]
+    assert [state.tasks[t].status for t in cancelled.tasks] == [TaskStatus.CANCELLED] * 4
+    assert state.tasks["plan.1.1"].error == f"parent plan cancelled by {SESSION}"
+    assert state.tasks["other"].status is TaskStatus.QUEUED
+
+
 @pytest.mark.parametrize("fatal", [True, False])
 def test_an_agent_error_ends_the_agent_only_when_fatal(make_run: MakeRun, fatal: bool) -> None:
     store = make_run()

@@ -184,20 +184,23 @@ def test_crew_watch_follows_a_detached_run_and_answers_from_another_terminal(
 @NO_TMUX
 def test_crew_watch_says_at_once_that_the_leader_died(tmp_path: Path, home: Home) -> None:
     # Its leader's death changes no file: the view went on showing a run that was not led.
-    write_crew(tmp_path, [{"id": "slow", "prompt": "say:busy ; sleep:30"}], crew={"leaderStaleAfter": "3s"})
+    write_crew(
+        tmp_path, [{"id": "slow", "prompt": "say:busy ; sleep:30"}], crew={"leaderStaleAfter": "3s"}
+    )
     started = subprocess.run(
         [sys.executable, "-m", "crew", "run", "crew.toml", "--detach", "--json"],
         cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
     run = json.loads(started.stdout)
     watch = Terminal(
-        f"crew-dies-{os.getpid()}", f"{shlex.quote(sys.executable)} -m crew watch {run['runId']}", tmp_path
+        f"crew-dies-{os.getpid()}", f"{shlex.quote(sys.executable)} -m crew watch {run['runId']}",
+        tmp_path, width=220,  # the warning on one line
     )  # fmt: skip
     try:
         watch.shows("busy")
         os.kill(run["pid"], signal.SIGKILL)
-        screen = watch.shows("the leader is gone")
-        assert f"crew resume {run['runId']}" in screen
+        screen = watch.shows("the leader is gone", timeout=30)
+        assert f"crew resume {run['runId']}" in screen, screen
     finally:
         watch.close()
         subprocess.run(

@@ -146,6 +146,17 @@ def _depth(known: dict[str, Task], task: Task) -> int:
     return depth
 
 
+def descendants(known: dict[str, Task], task_id: str) -> list[str]:
+    """The tasks spawned by `task_id`, by those, and so on (in the run's order)."""
+    found: set[str] = {task_id}
+    grew = True
+    while grew:
+        more = {t.id for t in known.values() if t.parent in found and t.id not in found}
+        found |= more
+        grew = bool(more)
+    return [t for t in known if t in found and t != task_id]
+
+
 _NOT_ID = re.compile(r"[^a-z0-9_.-]+")
 
 

@@ -56,6 +56,8 @@ def cancel(call: Call, grace: float) -> int:
         tasks = {t["id"]: t for t in files.read_tasks(run)}
         if task_id is not None and tasks.get(task_id, {}).get("status", "completed") in TERMINAL:
             raise Fallback  # no such task, or one that ended
+        if task_id is not None and any(t.get("parent") is not None for t in tasks.values()):
+            raise Fallback  # what it spawned is cancelled with it (crew/verbs.py `cancel`)
         if not as_crew_writes(run, "manifest"):
             raise Fallback  # written anew (the run it ends), as the models write it
         change = _Change(files, marker.seq, run, tasks, who)
