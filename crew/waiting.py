@@ -232,9 +232,12 @@ class LeaderWatch:
     def wakeups(self, run: Run) -> tuple[list[int], float | None]:
         """For a waiter on descriptors of its own (a live view), what wakes it as the run's
         leader dies: its pidfd, and the seconds until its heartbeat goes stale (neither once
-        the run has no live leader)."""
+        the run has no live leader, but a wake-up at once the first time it finds none: what
+        the waiter read just before may have been read while the leader lived)."""
         if self.gone(run) is not None:
-            return [], None
+            first, self._looked_again = not self._looked_again, True
+            return [], 0.0 if first else None
+        self._looked_again = False
         stale = None if self._stale_at is None else max(0.0, self._stale_at - time.monotonic())
         return ([self._pidfd] if self._pidfd is not None else []), stale
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SESSION, CliResult
 from leaders import Leader, eventually, store_of, write_crew
-from test_verbs import ask
+from test_verbs import ask, start
 
 from crew import verbs
 from crew.domain import change, runs, tasks
@@ -224,3 +224,21 @@ def test_a_follower_of_a_run_whose_leader_dies_says_so_and_ends(
 
     assert follower.returncode == 4, err
     assert f"Run {leader.run_id} has no leader" in err and "crew resume" in err
+
+
+def test_a_view_that_finds_its_leader_gone_is_woken_once_to_show_it(make_run: MakeRun) -> None:
+    # The view was read while the leader lived, the leader died, then the watch asked what
+    # would wake it: nothing (no leader left to die), and the view never said it was gone.
+    from crew.domain import lease
+    from crew.waiting import LeaderWatch
+
+    store = make_run()
+    start(store)
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: a pid no process has any more
+    lease.write_lease(store.paths, lease.new_lease(SESSION, 0).model_copy(update={"pid": dead.pid}))
+    watch = LeaderWatch(store)
+    run = store.state().run
+
+    assert watch.wakeups(run) == ([], 0.0)  # at once: read the view again
+    assert watch.wakeups(run) == ([], None)  # then only the files wake it

@@ -53,7 +53,10 @@ class Terminal:
         self._tmux("send-keys", "-t", "t", *keys)
 
     def shows(self, text: str, timeout: float = 20) -> str:
-        return str(eventually(lambda: text in (screen := self.screen()) and screen, timeout))
+        try:
+            return str(eventually(lambda: text in (screen := self.screen()) and screen, timeout))
+        except AssertionError:
+            raise AssertionError(f"{text!r} not shown within {timeout}s:\n{self.screen()}") from None
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
