@@ -56,7 +56,9 @@ class Terminal:
         try:
             return str(eventually(lambda: text in (screen := self.screen()) and screen, timeout))
         except AssertionError:
-            raise AssertionError(f"{text!r} not shown within {timeout}s:\n{self.screen()}") from None
+            raise AssertionError(
+                f"{text!r} not shown within {timeout}s:\n{self.screen()}"
+            ) from None
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
