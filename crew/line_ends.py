@@ -11,19 +11,43 @@ a line.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterable
 from typing import Any, TextIO, cast
 
 
 class LineEnds:
-    """Where the watched streams' output left off (shared by both: they are one pipe)."""
+    """Where each watched stream's output left off. They are one pipe, but each has its own
+    buffer (stdout's a block's worth when piped, stderr's a line): their bytes reach the pipe
+    in an order their writes do not give. A line begins a line for sure only when neither
+    stream left off inside one; an empty line too many is the price of not knowing."""
 
     def __init__(self) -> None:
-        self.at_line_start = True
+        self._inside: set[int] = set()  # the streams (by id) whose last write ended mid-line
+        self._streams: list[TextIO] = []
+        self.lock = threading.RLock()  # a write and its note, a check and the line it decides
 
-    def noted(self, text: str) -> None:
-        if text:
-            self.at_line_start = text.endswith("\n")
+    @property
+    def at_line_start(self) -> bool:
+        return not self._inside
+
+    def line_begun(self) -> str:
+        """Before a line of one's own (lock held): each stream's buffer sent to the pipe, and
+        a line break to end what they left unfinished ('' where none did). Once the line is
+        written, every stream starts a line."""
+        for stream in self._streams:
+            stream.flush()
+        begun = "" if self.at_line_start else "\n"
+        self._inside.clear()
+        return begun
+
+    def noted(self, stream: object, text: str) -> None:
+        if not text:
+            return
+        if text.endswith("\n"):
+            self._inside.discard(id(stream))
+        else:
+            self._inside.add(id(stream))
 
 
 class _Watched:
@@ -32,10 +56,12 @@ class _Watched:
     def __init__(self, stream: TextIO, ends: LineEnds) -> None:
         self._stream = stream
         self.line_ends = ends
+        ends._streams.append(stream)
 
     def write(self, text: str) -> int:
-        written = self._stream.write(text)
-        self.line_ends.noted(text)
+        with self.line_ends.lock:
+            written = self._stream.write(text)
+            self.line_ends.noted(self, text)
         return written
 
     def writelines(self, lines: Iterable[str]) -> None:

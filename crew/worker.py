@@ -461,10 +461,10 @@ class Worker:
         self._say(f"@supervisor {ContactType.DECISION}: " + json.dumps(record, ensure_ascii=False))
 
     def _say(self, line: str) -> None:
-        with self._write_lock:
-            if not self._line_ends.at_line_start:
-                line = "\n" + line  # never after part of a line: the leader would not read it
+        with self._write_lock, self._line_ends.lock:
             try:
+                # Never after part of a line, which the leader would read as one with it.
+                line = self._line_ends.line_begun() + line
                 self._out.write(line + "\n")
                 self._out.flush()
             except BrokenPipeError:  # no one reads what the worker prints: the leader is gone

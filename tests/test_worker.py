@@ -1026,3 +1026,28 @@ def test_a_protocol_line_after_part_of_a_line_starts_a_line_of_its_own(
     assert "got postgres" in log
     reports = [m.body for m in store.messages() if m.kind.value == "report"]
     assert reports == ["checked"]
+
+
+def test_a_protocol_line_starts_a_line_whatever_order_the_buffers_reach_the_pipe() -> None:
+    # Piped, stdout holds a block and stderr a line: "Processing" waited in stdout's buffer
+    # while a warning's whole line reached the pipe, and the report was glued to "Processing".
+    script = (
+        "import os, sys, warnings\n"
+        "from crew.worker import Worker\n"
+        "read_end, _ = os.pipe()\n"
+        "worker = Worker(run_id='20261130-034100-7f3a', task_id='t', attempt=1, stdin_fd=read_end)\n"
+        "print('Processing', end='')\n"
+        "warnings.warn('slow disk')\n"
+        "worker.report('half way')\n"
+        "print('done')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=env, timeout=20, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert "@supervisor progress: half way" in lines, done.stdout
+    assert lines[-1] == "done"
