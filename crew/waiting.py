@@ -11,6 +11,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from crew import clock
+from crew.config import HEARTBEAT_INTERVAL
 from crew.domain.lease import LeaseState, read_lease
 from crew.errors import CrewTimeout, Refused
 from crew.models import MailboxMessage, Run, Task
@@ -183,6 +184,11 @@ _GOALS = {Until.STARTED: "to start", Until.WAITING: "to wait for an answer", Unt
 _NEVER = {Until.STARTED: "starting", Until.WAITING: "waiting for an answer"}
 
 
+#: How long a waiter gives a run without a readable lease to get one before it looks again: a
+#: run is made before its leader takes the lease; a heartbeat is rewritten every second.
+_SETTLE = HEARTBEAT_INTERVAL
+
+
 class LeaderWatch:
     """The run's leader, for a waiter: a dead one is an error, noticed as it dies (a pidfd where
     the leader runs on this host) or as its heartbeat goes stale (a hung leader, another host)."""
@@ -194,6 +200,7 @@ class LeaderWatch:
         #: When the leader's heartbeat goes stale unless it beats again (monotonic).
         self._stale_at: float | None = None
         self._looked_again = False
+        self._known_gone = False
 
     def pause(self, watcher: Watcher, run: Run, timeout: float | None) -> None:
         """Until the run's files change, its leader dies, or `timeout` passes. A run without a
@@ -207,11 +214,15 @@ class LeaderWatch:
             raise gone
         else:
             self._looked_again = True
+            if not self._known_gone:  # no lease yet (a run being made), or one being rewritten
+                watcher.wait(_SETTLE if timeout is None else min(timeout, _SETTLE))
 
     def gone(self, run: Run) -> Refused | None:
         """What to say when the run has no live leader (None while it has one)."""
         stale_after = run.config.crew.leader_stale_after
         lease = read_lease(self._store.paths, stale_after=stale_after)
+        # A leader that was, and is no more: nothing to wait for before saying so.
+        self._known_gone = lease.state is LeaseState.STALE and lease.leader is not None
         if lease.state is not LeaseState.ALIVE or lease.leader is None:
             why = lease.reason or "no leader has led it"
             return Refused(

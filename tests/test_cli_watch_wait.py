@@ -242,3 +242,40 @@ def test_a_view_that_finds_its_leader_gone_is_woken_once_to_show_it(make_run: Ma
 
     assert watch.wakeups(run) == ([], 0.0)  # at once: read the view again
     assert watch.wakeups(run) == ([], None)  # then only the files wake it
+
+
+class _Waits:
+    """A watcher that records how long it was asked to wait, and waits for nothing."""
+
+    def __init__(self) -> None:
+        self.asked: list[float | None] = []
+
+    def wait(self, timeout: float | None) -> None:
+        self.asked.append(timeout)
+
+    def fileno(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("leader", ["none yet", "dead"])
+def test_a_follower_gives_a_run_without_a_lease_a_moment_and_a_dead_leader_none(
+    make_run: MakeRun, leader: str
+) -> None:
+    # A run is made before its leader takes the lease: `crew logs -f` started just then
+    # said "no leader" and ended, where a leader that was and is gone needs no wait.
+    from crew.domain import lease
+    from crew.errors import Refused
+    from crew.waiting import LeaderWatch
+
+    store = make_run()
+    if leader == "dead":
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        info = lease.new_lease(SESSION, 0).model_copy(update={"pid": dead.pid})
+        lease.write_lease(store.paths, info)
+    watch, watcher, run = LeaderWatch(store), _Waits(), store.state().run
+
+    watch.pause(watcher, run, None)  # first: look again (after a moment, if no lease yet)
+    with pytest.raises(Refused, match="has no leader"):
+        watch.pause(watcher, run, None)
+    assert watcher.asked == ([1.0] if leader == "none yet" else [])
