@@ -210,7 +210,7 @@ pending, leader, warnings, overridden?, waitedFor?, error?` \
 ([verbs.md](verbs.md#what---json-prints)) |
 | `cancel` | `{runId, task, cancelled, rejected, stopped, runStatus, already?, overridden?}` |
 | `handoff` | `{runId, previous, owner, changed, overridden?}` |
-| `init` | `{home, config, created}` |
+| `init` | `{home, config, created, wroteConfig}` |
 | `doctor` | `{clean, repair, runs, findings}`, each finding `{runId, problem, file?, line?, \
 repairable, repaired}` |
 | `schema` | the JSON Schema (always JSON); without NAME, every schema by name |

@@ -80,7 +80,8 @@ def test_init_json(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("CREW_HOME")
     result = json.loads(cli("init", "--json").out)
     home = tmp_path / ".crew"
-    assert result == {"home": str(home), "config": str(home / "crew.toml"), "created": False}
+    config = str(home / "crew.toml")
+    assert result == {"home": str(home), "config": config, "created": False, "wroteConfig": True}
 
 
 def test_schema_prints_every_format_or_one(cli: Cli) -> None:

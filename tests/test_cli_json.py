@@ -690,9 +690,10 @@ def test_init_json_says_where_the_home_is_and_whether_it_was_created(
 
     assert result.code == 0 and result.err == ""
     doc = json.loads(result.out)
-    assert list(doc) == ["home", "config", "created"]
+    assert list(doc) == ["home", "config", "created", "wroteConfig"]
     home = documented / ".crew"
-    assert doc == {"home": str(home), "config": str(home / "crew.toml"), "created": True}
+    config = str(home / "crew.toml")
+    assert doc == {"home": str(home), "config": config, "created": True, "wroteConfig": True}
     # The text names the crew definition and the state folder, which every home has (SPEC §1).
     assert cli("init", str(shown)) == CliResult(
         0,
@@ -703,9 +704,12 @@ def test_init_json_says_where_the_home_is_and_whether_it_was_created(
     )
 
     again = cli("init", str(documented), "--json")
-    assert json.loads(again.out) == {**doc, "created": False}
+    assert json.loads(again.out) == {**doc, "created": False, "wroteConfig": False}
     assert again.err == f"crew: {doc['home']} already exists; left it untouched.\n"
     assert cli("init", str(documented)) == CliResult(0, "", again.err)
+    (home / "crew.toml").unlink()  # a home that lacks its crew.toml gets the template
+    completed = cli("init", str(documented), "--json")
+    assert json.loads(completed.out) == {**doc, "created": False, "wroteConfig": True}
 
 
 def doctor_text(doc: Doc) -> str:

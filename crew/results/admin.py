@@ -80,7 +80,12 @@ class Initialized(Result):
         return [f"{self.home} already exists; left it untouched."]
 
     def to_json(self) -> dict[str, Any]:
-        return {"home": str(self.home), "config": str(self.config_file), "created": self.created}
+        return {
+            "home": str(self.home),
+            "config": str(self.config_file),
+            "created": self.created,
+            "wroteConfig": self.created or self.wrote_config,
+        }
 
 
 @dataclass
