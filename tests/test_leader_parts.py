@@ -284,9 +284,10 @@ def test_the_nth_unnamed_spawn_of_a_new_attempt_gets_the_nth_child_of_an_earlier
     again = [
         SpawnRequest("coder", "test it"),  # plan.1 again
         SpawnRequest("coder", "other work"),  # not plan.2's request: a new child
-        SpawnRequest("coder", "lint it"),  # plan.3's, though it named plan.3
+        SpawnRequest("coder", "lint it", wait=True),  # plan.4 again, not plan.3: that was named
     ]
     hear(store, *again, agent=second, attempt=2)
+    assert store.state().tasks["plan"].waiting_for == ["plan.4"]
 
     children = {t.id: t.prompt for t in store.state().task_list() if t.parent == "plan"}
     assert children == {

@@ -166,14 +166,11 @@ def _new_id(request: NewTask, taken: dict[str, Task]) -> str:
         base, sep = request.parent, "."
     else:
         base, sep = _NOT_ID.sub("-", request.agent.lower()).strip("-._") or "task", "-"
+    base = base[: MAX_ID_LENGTH - 8]
     number = 1
-    while _numbered(base, sep, number) in taken:
+    while f"{base}{sep}{number}" in taken:
         number += 1
-    return _numbered(base, sep, number)
-
-
-def _numbered(base: str, sep: str, number: int) -> str:
-    return f"{base[: MAX_ID_LENGTH - 8]}{sep}{number}"
+    return f"{base}{sep}{number}"
 
 
 def _size(text: str, what: str) -> int:
@@ -192,28 +189,30 @@ def spawn(txn: Txn, parent: str, request: SpawnRequest, *, unnamed: int = 0) -> 
     told in a children message (so a worker that waits for the child is not left waiting).
 
     A spawn that names a child an earlier attempt made, or the `unnamed`-th spawn without an id
-    of this attempt where the `unnamed`-th of an earlier one made `<parent>.<unnamed>` for the
-    same agent and prompt, gets that child again: a worker restarted (the leader was gone, the
-    attempt failed) repeats its spawns, and would otherwise run each child twice."""
+    of this attempt where the `unnamed`-th of an earlier one made a child for the same agent
+    and prompt (its key, `spawn:<parent>#<n>`, says so), gets that child again: a worker
+    restarted (the leader was gone, the attempt failed) repeats its spawns, and would
+    otherwise run each child twice."""
     task = txn.task(parent)
-    wanted = request.task_id
-    if wanted is None and unnamed:
-        wanted = _numbered(parent, ".", unnamed)
-    again = txn.state.tasks.get(wanted or "")
+    key = f"spawn:{parent}#{unnamed}" if request.task_id is None and unnamed else None
+    if request.task_id is not None:
+        again = txn.state.tasks.get(request.task_id)
+    else:
+        again = next((t for t in txn.state.task_list() if key and t.idempotency_key == key), None)
     asked = (parent, request.agent, request.prompt)
     same = again is not None and (again.parent, again.agent, again.prompt) == asked
     if again is not None and same and (request.task_id is not None or _before(again, task)):
         return _again(txn, parent, again, wait=request.wait)
-    if request.task_id is None and again is not None:
-        wanted = None  # taken: the first number free
-    new = NewTask(request.agent, request.prompt, wanted, parent=parent)
+    if again is not None:
+        key = None  # an earlier attempt's n-th asked for another child: this one has no key
+    new = NewTask(request.agent, request.prompt, request.task_id, parent=parent)
     try:
         if WorkerRight.SPAWN not in txn.run.config.agents[task.agent].may:
             raise Refused(
                 f'Task {parent} may not add tasks: add "spawn" to `may` in [agents.{task.agent}].'
             )
         check_request(new)
-        child = add(txn, new, key=None, session=ids.worker_session(parent))
+        child = add(txn, new, key=key, session=ids.worker_session(parent))
     except CrewError as error:
         txn.record(
             EventType.AGENT_ERROR,
