@@ -27,6 +27,10 @@ class LineEnds:
         self._streams: list[TextIO] = []
         self.lock = threading.RLock()  # a write and its note, a check and the line it decides
 
+    def watch(self, stream: TextIO) -> None:
+        """One more stream to flush before a line of one's own."""
+        self._streams.append(stream)
+
     @property
     def at_line_start(self) -> bool:
         return not self._inside
@@ -56,7 +60,7 @@ class _Watched:
     def __init__(self, stream: TextIO, ends: LineEnds) -> None:
         self._stream = stream
         self.line_ends = ends
-        ends._streams.append(stream)
+        ends.watch(stream)
 
     def write(self, text: str) -> int:
         with self.line_ends.lock:

@@ -55,7 +55,8 @@ def wait_for_message(
                 return latest
             if latest.status is MessageStatus.REJECTED:
                 raise Refused(f"Message {message.id} was rejected: {latest.reason}.")
-            if latest.status is MessageStatus.DELIVERED and _ended(store, latest):
+            ended = _ended(store, latest) if latest.status is MessageStatus.DELIVERED else None
+            if ended is not None:
                 # Acknowledged just before the task ended? A change writes its mailbox lines
                 # before its task files: the line is there once the end shows.
                 latest = _latest(follower, latest)
@@ -63,7 +64,7 @@ def wait_for_message(
                     return latest
                 raise Refused(
                     f"Message {message.id} was delivered to {message.task_id}, which ended "
-                    f"({_ended(store, latest)}) without acknowledging it."
+                    f"({ended}) without acknowledging it."
                 )
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
