@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from crew.fast import examining
+from crew.fast.runfiles import RunFiles
 from crew.models import Event
 from crew.paths import Home
 from crew.registry import EventType, RunStatus, TaskStatus
@@ -67,6 +69,9 @@ def test_the_example_crew_runs_to_completion_unattended(tmp_path: Path) -> None:
         "pausing the draft for: Make the intro friendlier" in store.paths.log("draft").read_text()
     )
     assert "uploaded to staging" in store.paths.log("publish").read_text()
+    # Every kind of message a leader writes, delivered and acknowledged: a sound run, which
+    # `crew doctor` tells so without the models (crew/fast/examining.py).
+    assert examining.sound(RunFiles(str(home.root), run_id))
     # No home is found from here: the run says how to reach it, and that command works.
     assert f"crew: run {run_id} (other commands reach it with --home example)" in done.stderr
     (suggested,) = re.findall(r"see it again with `crew (status .*)`", done.stderr)

@@ -38,6 +38,9 @@ LINE_LIMIT = 1024 * 1024
 OFF = frozenset({"", "0", "false", "no", "off"})
 #: The folders of a run that must not be links (crew/store/runstore.py `_check_folders`).
 FOLDERS = ("tasks", "mailbox", "logs", "checkpoints", ".runtime")
+#: crew/paths.py: a run being created; crew/store/jsonl.py: what a repair set aside.
+STAGING_PREFIX = ".new-"
+CORRUPT_SUFFIX = ".corrupt"
 MARKER_FORMAT = b"3"
 #: crew/store/marker.py `_UNCOUNTED`: the format before the task count, read and kept.
 UNCOUNTED_FORMAT = b"2"
