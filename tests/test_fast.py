@@ -860,6 +860,56 @@ def test_validate_prints_what_the_full_command_prints(
     assert snapshot_files(home.root) == before
 
 
+#: Where `crew init` is pointed: a folder with no home, a home, a home without its crew.toml,
+#: a file where the home would be, a folder that does not exist, and $CREW_HOME's.
+_INIT_SCENES: dict[str, Callable[[Path], list[str]]] = {
+    "new": lambda at: [str(at)],
+    "a home": lambda at: (at.joinpath(".crew", "state").mkdir(parents=True), [str(at)])[1],
+    "a home without crew.toml": lambda at: (
+        at.joinpath(".crew").mkdir(),
+        at.joinpath(".crew", "crew.toml").unlink(missing_ok=True),
+        [str(at)],
+    )[2],
+    "a file there": lambda at: (at.joinpath(".crew").write_text("x"), [str(at)])[1],
+    "no such folder": lambda at: [str(at / "nope")],
+    "CREW_HOME": lambda at: [],
+}
+
+
+@pytest.mark.parametrize("output", [(), ("--json",), ("-q",)])
+@pytest.mark.parametrize("scene", _INIT_SCENES)
+def test_init_prints_and_writes_what_the_full_command_does(
+    cli: Callable[..., CliResult], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, scene: str, output: tuple[str, ...],
+) -> None:  # fmt: skip
+    results = []
+    for way in ("full", "fast"):
+        at = tmp_path / way
+        at.mkdir()
+        monkeypatch.setenv("CREW_HOME", str(at / ".crew"))
+        args = ["init", *_INIT_SCENES[scene](at), *output]
+        if way == "full":
+            done = cli(*args)
+        else:
+            code = fast.fast(args)
+            out = capsys.readouterr()
+            assert code is not None, "the fast path did not take the command"
+            done = CliResult(code, out.out, out.err)
+        results.append((Twins.portable(done, at), snapshot_files(at)))
+    assert results[0] == results[1]
+    assert results[1][0].code == (2 if scene in {"a file there", "no such folder"} else 0)
+
+
+@pytest.mark.parametrize("args", [("init", "--jq", ".home"), ("init", "a", "b"), ("init", "")])
+def test_init_leaves_what_it_does_not_take_to_the_full_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    before = snapshot_files(tmp_path)
+    assert fast.fast(list(args)) is None
+    assert capsys.readouterr() == ("", "")
+    assert snapshot_files(tmp_path) == before
+
+
 @pytest.mark.parametrize(
     "args", [("validate", "--jq", ".valid"), ("validate", "a.toml", "b.toml"), ("validate", "")]
 )

@@ -50,6 +50,7 @@ RUNNERS: dict[str, tuple[str, str]] = {
     "resume": ("crew.fast.leading", "resume"),
     "rerun": ("crew.fast.leading", "rerun"),
     "validate": ("crew.fast.validating", "validate"),
+    "init": ("crew.fast.initializing", "init"),
     "rm": ("crew.fast.removing", "rm"),
     "prune": ("crew.fast.removing", "prune"),
     "add": ("crew.fast.changing", "add"),

@@ -196,6 +196,12 @@ SPECS: dict[str, Spec] = {
         values=frozenset({"--home", "--keep", "--older-than"}),
         slow=frozenset({"--jq"}),
     ),
+    "init": Spec(
+        (),
+        optional=("directory",),
+        flags=frozenset({"--json", "--quiet", "-q"}),
+        slow=frozenset({"--jq"}),
+    ),
     "validate": Spec(
         (),
         optional=("crew_toml",),

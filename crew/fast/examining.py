@@ -58,7 +58,7 @@ CARRIED = {"run": "manifest", "task": "task", "mailboxMessage": None, "checkpoin
 #: crew/store/state.py VOLATILE_TASK_FIELDS, as the task files name it.
 VOLATILE = "lastOutputAt"
 #: How many bytes of logs the examination reads under the run lock: 4 MiB hold the leader up
-#: 1–5 ms. The logs of a bigger run are the library doctor's, which reads them unlocked, pinned
+#: 1 to 5 ms. The logs of a bigger run are the library doctor's, which reads them unlocked, pinned
 #: (crew/store/pin.py). Below it the standard library is the faster at every size measured
 #: (docs/performance.md: "`doctor` of a sound run without the models").
 MOST_BYTES = 4 << 20

@@ -8,9 +8,7 @@ import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
-
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from typing import TYPE_CHECKING, TypeVar
 
 from crew import clock, faults
 from crew.errors import Corrupt, StoreError
@@ -26,8 +24,10 @@ from crew.store.files import (
     write_all,
 )
 
+if TYPE_CHECKING:  # pydantic is imported where a snapshot is parsed: `crew init` writes files
+    from pydantic import BaseModel, TypeAdapter  # and parses none
+
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
 
 
 def write_atomic(
@@ -204,6 +204,8 @@ def load(path: Path, adapter: TypeAdapter[T]) -> T:
 
 def parse(raw: bytes, adapter: TypeAdapter[T], path: Path) -> T:
     """Validate the bytes of a snapshot read from `path` (Corrupt if they are not valid)."""
+    from pydantic import ValidationError
+
     try:
         return adapter.validate_json(raw)
     except ValidationError as exc:
