@@ -6,7 +6,8 @@ acknowledges every frame it reads. One real steer and one real follow-up are sen
 acknowledged, and the worker's report is in the outbox; those three records are the templates
 of the history, appended to steering.jsonl, inbox.jsonl and outbox.jsonl under the run lock with
 new ids and bodies (one line a message, in its final state: acknowledged, except one in
-OPEN_EVERY left delivered, i.e. open; one follow-up in KEY_EVERY carries an idempotency key).
+OPEN_EVERY left delivered, i.e. open; one follow-up in KEY_EVERY carries an idempotency key),
+each recorded by an event, as every mailbox line is.
 The leader reads them as any appended line, and is left to settle before timing starts.
 `crew doctor RUN` checks the largest run once.
 
@@ -61,6 +62,12 @@ for line in sys.stdin:
 OPEN_EVERY = 1000
 KEY_EVERY = 10
 CLOSED = "acknowledged"
+#: The event that records a message of each kind the history copies.
+_RECORDED_AS = {
+    "steer": "agent.steered",
+    "followUp": "agent.followed_up",
+    "report": "supervisor.report",
+}
 COMMANDS = {
     "crew status RUN --json": ("status", "{run}", "--json"),
     "crew steer RUN TASK x": ("steer", "{run}", "t1", "x"),
@@ -112,19 +119,48 @@ def _history(template: dict[str, Any], count: int) -> bytes:
     return "".join(lines).encode()
 
 
+def _recorded(lines: bytes, run_id: str, after: int) -> bytes:
+    """The events that record each of a history's mailbox lines, numbered on from seq `after`,
+    as the command that sent it (or the worker that reported it) records one: every mailbox
+    line is written after the event that carries it (`crew doctor` sets aside one no event
+    records)."""
+    prefix = secrets.token_hex(4)
+    events = []
+    for index, line in enumerate(lines.splitlines()):
+        message = json.loads(line)
+        event = {
+            "id": f"evt_{prefix}{index:08x}",
+            "seq": after + index + 1,
+            "runId": run_id,
+            "at": message["sentAt"],
+            "type": _RECORDED_AS[message["kind"]],
+            "taskId": message["taskId"],
+            "message": message["body"],
+            "data": {"mailboxMessage": message},
+        }
+        events.append(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return "".join(events).encode()
+
+
 def _fill(store: RunStore, messages: int) -> None:
-    """Bring each mailbox file to `messages` messages (appended under the run lock)."""
+    """Bring each mailbox file to `messages` messages, each recorded in the event log (appended
+    under the run lock)."""
     with store.lock():
         tasks = len(store.recover().state.tasks)  # the appends below add none
+        last_seq = eventlog.tail(store.paths.events).last_seq
         for box in (Box.STEERING, Box.INBOX, Box.OUTBOX):
             path = store.paths.box(box)
             held = read_box(path)
             template = next(iter(held.values()))
+            lines = _history(template, messages - len(held))
+            with store.paths.events.open("ab") as handle:
+                handle.write(_recorded(lines, store.run_id, last_seq))
+            last_seq += lines.count(b"\n")
             with path.open("ab") as handle:
-                handle.write(_history(template, messages - len(held)))
+                handle.write(lines)
         # The files now hold what a long run leaves: a marker that says so, as every
         # transaction's would (without it, every command would check the run from scratch).
-        store.write_applied(eventlog.tail(store.paths.events).last_seq, tasks=tasks)
+        store.write_applied(last_seq, tasks=tasks)
 
 
 def _new_key(argv: list[str]) -> None:

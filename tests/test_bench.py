@@ -86,3 +86,31 @@ def test_the_history_the_one_shot_benchmark_writes_is_valid(make_run: Any) -> No
     assert len({m.id for m in copies}) == 2_000
     assert all(isinstance(m, MailboxMessage) for m in copies)
     assert {m.status for m in copies} == {MessageStatus.ACKNOWLEDGED, MessageStatus.DELIVERED}
+
+
+def test_a_run_the_one_shot_benchmark_fills_is_one_doctor_finds_sound(make_run: Any) -> None:
+    # Its history was lines no event recorded, which doctor sets aside: the benchmark's own
+    # check of its largest run failed, and the commands it timed read a run no crew writes.
+    from bench.oneshot import _fill
+    from crew.doctor import doctor
+    from crew.fast import examining, runfiles
+    from crew.registry import ContactType
+
+    store = make_run()
+    with change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=4242)
+    verbs.steer(store, "plan", "first steer", session=SESSION)
+    verbs.follow_up(store, "plan", "first follow-up", session=SESSION)
+    with change(store) as txn:
+        sent = [*store.messages(Box.STEERING), *store.messages(Box.INBOX)]
+        mailbox.deliver(txn, sent, attempt=1)
+        mailbox.report(txn, "plan", ContactType.PROGRESS, "working")
+    for message in sent:
+        with change(store) as txn:
+            mailbox.acknowledge(txn, "plan", message.id)
+
+    _fill(store, 50)
+
+    assert all(len(store.messages(box)) == 50 for box in Box)
+    assert doctor(store.paths.home, store.run_id).findings == []
+    assert examining.sound(runfiles.RunFiles(str(store.paths.home.root), store.run_id))

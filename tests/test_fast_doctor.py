@@ -165,6 +165,18 @@ def _log_cut_back(store: RunStore) -> None:
     store.paths.events.write_bytes(b"".join(_event_lines(store)[:-1]))
 
 
+def _lone_surrogate(store: RunStore) -> None:
+    """Python's json reads it; the models take it for invalid JSON."""
+    _edited_event(store, -1, lambda e: e["data"].update(note="\udcff"))  # type: ignore[union-attr]
+
+
+def _utf16_line(store: RunStore) -> None:
+    """The line crew wrote, encoded as UTF-16 (which Python's json reads from bytes)."""
+    steering = store.paths.box(Box.STEERING)
+    line = steering.read_bytes().rstrip(b"\n")
+    steering.write_bytes(line.decode().encode("utf-16") + b"\n")
+
+
 def _cut(store: RunStore) -> None:
     _edited_event(store, -1, lambda e: e.update(endSeq=int(e["seq"]) + 1))  # type: ignore[call-overload]
 
@@ -249,6 +261,8 @@ DAMAGED: dict[str, tuple[Callable[[RunStore], None], bool]] = {
     "a torn tail": (lambda s: _append(s.paths.events, b'{"id": "evt_'), False),
     "an event carrying an invalid checkpoint": (_bad_carried_checkpoint, True),
     "the log cut back": (_log_cut_back, True),
+    "a lone surrogate in an event": (_lone_surrogate, True),
+    "a mailbox line in UTF-16": (_utf16_line, True),
     "a transaction cut short": (_cut, True),
     "a seq twice": (_seq_twice, True),
     "the history emptied": (_history_emptied, False),

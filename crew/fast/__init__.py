@@ -2,9 +2,10 @@
 most: `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, `respond`, `logs`, `events`,
 `schema`, `--version`, and a `wait` whose condition already holds, with the standard library
 alone; `add`, `handoff`, `cancel`, `rm` and `prune` too in their common case
-(crew/fast/adding.py, handing.py, cancelling.py, removing.py); and `doctor`, `validate`, `run`,
-`resume`, `rerun`, `add`, `handoff` and `cancel` without typer (crew/fast/doctor.py,
-validating.py, leading.py, changing.py: they need the models).
+(crew/fast/adding.py, handing.py, cancelling.py, removing.py), and `doctor` of sound runs
+(crew/fast/examining.py); and `doctor`, `validate`, `init`, `run`, `resume`, `rerun`, `add`,
+`handoff` and `cancel` without typer (crew/fast/doctor.py, validating.py, initializing.py,
+leading.py, changing.py: they need the models, or write as the library writes).
 
 A full command pays for importing typer and pydantic, and for building crew's models, before it
 reads a byte: about 200 ms, where the work itself takes a few. The fast path does the common

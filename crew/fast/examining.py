@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from crew.fast import people
 from crew.fast.cmdline import Fallback
-from crew.fast.mailbox import checked
 from crew.fast.runfiles import BOXES, RunFiles, RunLock, read_file
 from crew.fast.shapes import as_crew_writes
 from crew.fast.status import TERMINAL_RUN_STATUSES, read_run
@@ -55,6 +55,8 @@ KIND_BOX = {
 }
 #: crew/models.py `_CARRIED`: the state an event's data may carry, and the shape of each.
 CARRIED = {"run": "manifest", "task": "task", "mailboxMessage": None, "checkpoint": "checkpoint"}
+#: A JSON escape of a UTF-16 surrogate (`\ud83d`): one alone is no JSON to the models.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 #: crew/store/state.py VOLATILE_TASK_FIELDS, as the task files name it.
 VOLATILE = "lastOutputAt"
 #: How many bytes of logs the examination reads under the run lock: 4 MiB hold the leader up
@@ -89,6 +91,11 @@ class _Read:
         self.task_files = read_task_snapshots(files.root)
         self.logs = {name: read_file(files.box(name)) for name in BOXES}
         self.events = read_file(files.events)
+        # Python's json reads a lone surrogate (`"\udcff"`) that the models take for invalid
+        # JSON, in a field of any type; crew writes none (it writes text as UTF-8). A snapshot
+        # equal to what the log carries holds none where the log holds none.
+        if any(map(_SURROGATE_ESCAPE.search, (self.events, *self.logs.values()))):
+            raise Fallback
 
     def sound(self) -> bool:
         events = _lines(self.events)
@@ -117,7 +124,7 @@ class _Read:
         if set(tasks) != set(self.task_files):
             return False
         for task_id, recorded in tasks.items():
-            snapshot = json.loads(self.task_files[task_id])
+            snapshot = json.loads(self.task_files[task_id].decode())
             if not as_crew_writes(snapshot, "task") or _steady(snapshot) != _steady(recorded):
                 return False
         return as_crew_writes(self.run, "manifest")
@@ -128,10 +135,8 @@ class _Read:
             line = (event.get("data") or {}).get("mailboxMessage")
             if line is not None:
                 carried[KIND_BOX[line["kind"]]].append(line)
-        for name in BOXES:
-            if [checked(raw) for raw in _lines_of(self.logs[name])] != carried[name]:
-                return False
-        return True
+        # Lines equal to those the events carry are as valid as those, checked already.
+        return all(_lines(self.logs[name]) == carried[name] for name in BOXES)
 
     def _leader_sound(self) -> bool:
         if self.run["status"] in TERMINAL_RUN_STATUSES:
@@ -162,8 +167,10 @@ def _lines_of(data: bytes) -> list[bytes]:
     return lines
 
 
-def _lines(data: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line, parse_constant=_no_constant) for line in _lines_of(data)]
+def _lines(data: bytes) -> list[Any]:
+    """A log's lines, each parsed as the models parse it: UTF-8 (Python's json would take
+    UTF-16 too), no `NaN` (crew writes none)."""
+    return [json.loads(line.decode(), parse_constant=_no_constant) for line in _lines_of(data)]
 
 
 def _event(event: object) -> bool:
@@ -175,10 +182,15 @@ def _event(event: object) -> bool:
         state = data.get(key)
         if state is None:
             continue
-        shape = kind if kind is not None else _mail_shape(state)
-        if shape is None or not as_crew_writes(state, shape):
+        if not (_mail_line(state) if kind is None else as_crew_writes(state, kind)):
             return False
     return True
+
+
+def _mail_line(line: object) -> bool:
+    """Whether a line is a mailbox line as crew writes it: a whole message, or a change."""
+    shape = _mail_shape(line)
+    return shape is not None and as_crew_writes(line, shape)
 
 
 def _mail_shape(line: object) -> str | None:

@@ -161,7 +161,7 @@ class RunFiles:
             raise Fallback from None
         try:
             with os.fdopen(fd, "rb") as handle:
-                return json.loads(handle.read())
+                return json.loads(handle.read().decode())  # UTF-8 only, as the models read
         except ValueError:
             raise Fallback from None
 
