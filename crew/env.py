@@ -77,8 +77,8 @@ FAST = Variable(
     "`0` turns off the fast path of `status`, `runs`, `mailbox`, `steer`, `follow-up`, `nudge`, "
     "`respond`, `logs`, `events`, `wait`, `schema`, `--version`, `add`, `handoff`, `cancel`, "
     "`rm` and `prune` (the same command without typer and pydantic; the last five in their "
-    "common case) and of `doctor`, `validate`, `run`, `resume` and `rerun` (without typer); see "
-    "docs/design.md",
+    "common case), of `doctor` (of a sound run, without pydantic either) and of `validate`, "
+    "`init`, `run`, `resume` and `rerun` (without typer); see docs/design.md",
 )
 SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
