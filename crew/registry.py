@@ -203,6 +203,7 @@ class MessageData(StrEnum):
     SECRET = "secret"  # a secret question, or its answer (whose body stands in for it)
     CHILDREN = "children"  # of a children message: [{id, agent, status, result?, error?}]
     REJECTED_AT = "rejectedAt"
+    QUESTION = "question"  # in an answer's frame only: the question it answers, as asked
 
 
 class MessageSource(StrEnum):

@@ -30,8 +30,10 @@ from crew.frames import priority_rank as _rank
 from crew.line_ends import LineEnds, watch_standard_streams
 from crew.protocol import (
     MAX_PROMPT,
+    Contact,
     checkpoint_line,
     contact_line,
+    parse_line,
     spawn_line,
     withdraw_line,
     written_options,
@@ -41,6 +43,7 @@ from crew.registry import (
     REPORT_CONTACTS,
     ContactType,
     DecisionAction,
+    MessageData,
     MessageKind,
 )
 from crew.text import clip
@@ -182,14 +185,17 @@ class Worker:
         if contact is ContactType.NEED_SELECTION and not options:
             raise ValueError("need_selection needs options")
         shown = written_options(options or [])
+        line = contact_line(contact, prompt, options)
+        asked = parse_line(line)  # the question as the leader keeps it: its answer names it
+        question = asked.prompt if isinstance(asked, Contact) else None
         with self._cond:
             asked_after = self._seq  # an answer queued before the question is an earlier one's
-        self._say(contact_line(contact, prompt, options))
+        self._say(line)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=prompt)
-                answer = self._take(MessageKind.RESPOND, after=asked_after)
+                answer = self._take(MessageKind.RESPOND, after=asked_after, question=question)
                 if answer is not None:
                     break
                 if self._eof:
@@ -384,11 +390,19 @@ class Worker:
         while (left := end - time.monotonic()) > 0 and not self._eof:
             self._cond.wait(left)
 
-    def _take(self, kind: MessageKind, *, after: int = 0) -> Message | None:
+    def _take(
+        self, kind: MessageKind, *, after: int = 0, question: str | None = None
+    ) -> Message | None:
+        """The first queued message of `kind` that arrived after `after`; with `question`, an
+        answer naming another question (one asked before, the answer late) is left queued."""
         for entry in sorted(self._queue):
-            if entry.message.kind is kind and entry.seq > after:
-                self._queue.remove(entry)
-                return entry.message
+            named = entry.message.data.get(MessageData.QUESTION)
+            if entry.message.kind is not kind or entry.seq <= after:
+                continue
+            if question is not None and named is not None and named != question:
+                continue
+            self._queue.remove(entry)
+            return entry.message
         return None
 
     def _pop(self) -> Message:

@@ -30,7 +30,7 @@ from crew.protocol import (
     Withdrawn,
     parse_line,
 )
-from crew.registry import TaskStatus
+from crew.registry import Box, TaskStatus
 from crew.store.runstore import RunStore
 from crew.store.snapshot import dump_model
 from crew.worker import Decision, LeaderGone, Message, NotInRun, Worker
@@ -53,12 +53,15 @@ class Harness:
             **options,
         )
 
-    def send(self, kind: str, body: str = "", *, wait: bool = True) -> str:
+    def send(
+        self, kind: str, body: str = "", *, wait: bool = True, data: dict[str, Any] | None = None
+    ) -> str:
         """Write a frame; with `wait`, return once the worker has queued it (alone or merged)."""
         self.count += 1
         message_id = f"msg_{self.count:016x}"
         frame = {"type": kind, "id": message_id, "body": body or f"{kind} {self.count}",
-                 "priority": "high" if kind in {"respond", "steer"} else "normal", "data": {}}  # fmt: skip
+                 "priority": "high" if kind in {"respond", "steer"} else "normal",
+                 "data": data or {}}  # fmt: skip
         os.write(self.write_end, json.dumps(frame).encode() + b"\n")
         if wait:
             with self.worker._cond:
@@ -435,6 +438,30 @@ def test_ask_takes_the_answer_to_its_own_question_not_one_queued_before_it(h: Ha
     assert answered == ["red"]
     late = h.worker.next(timeout=5)  # the late answer is still the worker's to see
     assert late is not None and late.body == "forty-two"
+
+
+def test_ask_leaves_a_late_answer_naming_another_question_for_next(h: Harness) -> None:
+    # Given up on, Q1 was answered just before the worker took it back; the answer reached it
+    # after it had asked Q2, and the ask of Q2 returned Q1's answer as Q2's.
+    with pytest.raises(CrewTimeout):
+        h.worker.ask("Drop the old table?", "need_confirmation", timeout=0.1)
+    answered: list[str] = []
+    asking = threading.Thread(target=lambda: answered.append(h.worker.ask("Which database?")))
+    asking.start()
+    eventually(lambda: "@supervisor need_input: Which database?" in h.lines())
+    h.send("respond", "yes", data={"question": "Drop the old table?"})  # Q1's, late
+    h.send("respond", "sqlite", wait=False, data={"question": "Which database?"})
+    asking.join(timeout=10)
+
+    assert answered == ["sqlite"]
+    late = h.worker.next(timeout=5)  # the late answer is the worker's to see, for what it is
+    assert late is not None and (late.body, late.data["question"]) == ("yes", "Drop the old table?")
+
+
+def test_ask_takes_an_answer_that_names_no_question(h: Harness) -> None:
+    # A leader before answers named their question, or an answer that cleared a flag.
+    threading.Timer(0.05, lambda: h.send("respond", "ok", wait=False)).start()
+    assert h.worker.ask("Proceed?", kind="need_confirmation") == "ok"
 
 
 def test_ask_gives_up_after_its_timeout_and_takes_its_question_back(h: Harness) -> None:
@@ -995,6 +1022,29 @@ def test_a_question_the_worker_gave_up_on_is_taken_back_and_the_task_runs_again(
     assert leader.finish() == 0, leader.err
     assert store.state().tasks["t"].status is TaskStatus.COMPLETED
     assert "went on, then: steer finish" in store.paths.log("t").read_text()
+
+
+FRAME_READER = """
+import json, sys
+
+print("@supervisor need_input: Which  database?\\x1b[0m", flush=True)
+frame = json.loads(sys.stdin.readline())
+print("answer to: " + json.dumps(frame["data"].get("question")), flush=True)
+print(f"@supervisor ack: {frame['id']}", flush=True)
+"""
+
+
+def test_an_answer_reaches_its_worker_naming_its_question_as_the_worker_asked_it(
+    tmp_path: Path, home: Home, cli: Callable[..., Any]
+) -> None:
+    leader, store = _led(tmp_path, home, FRAME_READER)
+    eventually(lambda: store.state().tasks["t"].status is TaskStatus.WAITING, timeout=20)
+
+    assert cli("respond", leader.run_id, "t", "sqlite").code == 0
+    assert leader.finish() == 0, leader.err
+    assert 'answer to: "Which  database?"' in store.paths.log("t").read_text()
+    (answer,) = store.messages(Box.INBOX)
+    assert "question" not in (answer.data or {})  # in the frame alone
 
 
 PARTIAL = """

@@ -27,7 +27,7 @@ from crew.domain import mailbox, runs, tasks
 from crew.domain.lease import release
 from crew.errors import ExitCode, LeaderCrashed, StaleLeader
 from crew.executors.base import Executor
-from crew.leader import autorespond, limits, schedule, secret_delivery, signals, spawn
+from crew.leader import answers, autorespond, limits, schedule, secret_delivery, signals, spawn
 from crew.leader.degraded import SPAWN_FAULTS, fault_of
 from crew.leader.exits import Exits
 from crew.leader.guard import Step, WorkerGuard
@@ -423,7 +423,7 @@ class Leader:
         due, given, asked = secret_delivery.reveal_due(self.paths, self.view, due)
         reaction = Reaction(signals=[*asked])  # secret answers the machine lost: asked again
         for message in given:
-            reaction += worker.adapter.deliver(message)
+            reaction += worker.adapter.deliver(answers.naming_question(self.view, message))
         if due:
             worker.agent.turn_ended = False  # the agent has more to do
             worker.in_flight = due
