@@ -943,6 +943,32 @@ def _refused(store: RunStore, *args: str) -> None:
     assert not runfiles.wrote
 
 
+@pytest.mark.parametrize("thing", ["link", "folder"])
+@pytest.mark.parametrize(
+    "args",
+    [("logs", "latest", "plan"), ("steer", "latest", "plan", "x"), ("status", "latest", "--json")],
+)
+def test_a_link_or_folder_for_another_tasks_file_is_the_full_commands(
+    make_run: MakeRun, cli: Callable[..., CliResult], tmp_path: Path, thing: str,
+    args: tuple[str, ...],
+) -> None:  # fmt: skip
+    # The full command refuses the run (a link) or names the file it cannot read (a folder);
+    # `crew logs RUN plan` printed plan's log, as a steer to plan would have been sent.
+    store = make_run()
+    start(store)
+    build = store.paths.task_file("build")
+    if thing == "link":
+        moved = tmp_path / "build.json"
+        build.rename(moved)
+        build.symlink_to(moved)
+    else:
+        build.unlink()
+        build.mkdir()
+    _refused(store, *args)
+    full = cli(*args, "--home", str(store.paths.home.root))
+    assert full.code in {1, 4} and full.err.startswith("crew: error: "), full
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -19,7 +19,7 @@ import time
 import zlib
 
 from crew.fast.cmdline import Call, Fallback, plain_seconds
-from crew.store.taskfiles import SUFFIX, TASKS_DIR, read_task_snapshots, task_ids
+from crew.store.taskfiles import SUFFIX, TASKS_DIR, is_snapshot, read_task_snapshots
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -176,13 +176,30 @@ class RunFiles:
         if self.mailbox_sizes() != marker.sizes:
             raise Fallback
         if marker.tasks is not None:
-            try:
-                found = task_ids(self.root)
-            except OSError:  # a link, an unreadable folder: the full command names it
-                raise Fallback from None
-            if found is not None and len(found) != marker.tasks:
+            found = self._task_files()
+            if found is not None and found != marker.tasks:
                 raise Fallback  # a task file deleted or put there: the log says which
         return marker
+
+    def _task_files(self) -> int | None:
+        """How many task snapshots `tasks/` holds (None: no such folder), each a file: a link
+        or a folder in a snapshot's place makes the full command refuse the run (or name what
+        it cannot read), whichever task the command is about, so it is the full command's."""
+        try:
+            entries = os.scandir(f"{self.root}/{TASKS_DIR}")
+        except FileNotFoundError:
+            return None
+        except OSError:  # a link, an unreadable folder: the full command names it
+            raise Fallback from None
+        count = 0
+        with entries:
+            for entry in entries:
+                if not is_snapshot(entry.name):
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    raise Fallback
+                count += 1
+        return count
 
     def mailbox_sizes(self) -> tuple[int, ...]:
         return tuple(_size(self.box(name)) for name in BOXES)

@@ -31,10 +31,10 @@ def task_ids(run_dir: str | os.PathLike[str]) -> set[str] | None:
     except FileNotFoundError:
         return None
     with entries:
-        return {entry.name[: -len(SUFFIX)] for entry in entries if _is_snapshot(entry.name)}
+        return {entry.name[: -len(SUFFIX)] for entry in entries if is_snapshot(entry.name)}
 
 
-def _is_snapshot(name: str) -> bool:
+def is_snapshot(name: str) -> bool:
     """Not a temp file of a write in progress, nor one set aside as corrupt."""
     return not name.startswith(".") and name.endswith(SUFFIX)
 
@@ -53,7 +53,7 @@ def read_task_snapshots(run_dir: str | os.PathLike[str]) -> dict[str, bytes] | N
     with entries:
         for entry in entries:
             name = entry.name
-            if not _is_snapshot(name):
+            if not is_snapshot(name):
                 continue
             try:
                 fd = os.open(entry.path, _READ_FLAGS)
