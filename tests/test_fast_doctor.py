@@ -177,6 +177,58 @@ def _utf16_line(store: RunStore) -> None:
     steering.write_bytes(line.decode().encode("utf-16") + b"\n")
 
 
+def _deeply_nested(depth: int) -> Callable[[RunStore], None]:
+    """Python's json reads a line nested 250 deep; the models refuse one 200 deep."""
+
+    def nest(store: RunStore) -> None:
+        lines = _event_lines(store)
+        note = b',"note":' + b"[" * depth + b"]" * depth + b"}}\n"
+        lines[-1] = lines[-1].rstrip(b"\n")[:-2] + note
+        store.paths.events.write_bytes(b"".join(lines))
+
+    return nest
+
+
+def _long_number(store: RunStore) -> None:
+    """1.0 spelled with 4,300 zeros: Python's json reads it, the models' parser says "number
+    out of range"."""
+    lines = _event_lines(store)
+    lines[-1] = lines[-1].rstrip(b"\n")[:-2] + b',"note":1' + b"0" * 4300 + b"e-4300}}\n"
+    store.paths.events.write_bytes(b"".join(lines))
+
+
+def _long_number_in_the_manifest(store: RunStore) -> None:
+    """The same, in manifest.json alone: the document equals the log's, the models refuse it."""
+    raw = store.paths.manifest.read_bytes()
+    assert b'"cpus": 1.0' in raw
+    store.paths.manifest.write_bytes(
+        raw.replace(b'"cpus": 1.0', b'"cpus": 1' + b"0" * 4300 + b"e-4300")
+    )
+
+
+def _defined_task_unrecorded(store: RunStore) -> None:
+    """A task of crew.toml that no event records and no file holds."""
+    queued = next(
+        i
+        for i, line in enumerate(_event_lines(store))
+        if json.loads(line)["type"] == "task.queued" and json.loads(line)["taskId"] == "build"
+    )
+    _edited_event(store, queued, lambda e: e["data"].pop("task"))  # type: ignore[union-attr]
+    store.paths.task_file("build").unlink()
+    applied = marker.read(store.paths)
+    assert applied is not None
+    marker.write(store.paths, marker.measured(store.paths, applied.seq, applied, 1))
+
+
+def _earlier_run_record_invalid(store: RunStore) -> None:
+    """The first of two run records edited (a git workspace without its repo), the manifest
+    and the last record as they were."""
+    verbs.cancel(store, session=SESSION)
+    lines = _event_lines(store)
+    first = next(i for i, line in enumerate(lines) if (json.loads(line)["data"] or {}).get("run"))
+    _edited_event(store, first, lambda e: e["data"]["run"]["config"]["ray"].update(workspace="git"))  # type: ignore[index]
+
+
 def _cut(store: RunStore) -> None:
     _edited_event(store, -1, lambda e: e.update(endSeq=int(e["seq"]) + 1))  # type: ignore[call-overload]
 
@@ -262,6 +314,12 @@ DAMAGED: dict[str, tuple[Callable[[RunStore], None], bool]] = {
     "an event carrying an invalid checkpoint": (_bad_carried_checkpoint, True),
     "the log cut back": (_log_cut_back, True),
     "a lone surrogate in an event": (_lone_surrogate, True),
+    "an event nested 250 deep": (_deeply_nested(250), True),
+    "an event nested 100,000 deep": (_deeply_nested(100_000), True),
+    "a number of 4,300 digits in an event": (_long_number, True),
+    "a number of 4,300 digits in the manifest": (_long_number_in_the_manifest, False),
+    "a defined task no event records, and no file": (_defined_task_unrecorded, False),
+    "an earlier run record edited": (_earlier_run_record_invalid, True),
     "a mailbox line in UTF-16": (_utf16_line, True),
     "a transaction cut short": (_cut, True),
     "a seq twice": (_seq_twice, True),

@@ -6,22 +6,28 @@ each as strict as one of its checks, or stricter, in the standard library alone 
 that meets them all is one on which every check of the full doctor finds nothing:
 
 - no temp file of an interrupted write in any folder crew writes one in;
+- every file JSON the models' parser reads as Python's does: UTF-8, no escaped lone surrogate,
+  no number of a thousand digits, no line nested MOST_DEPTH deep;
 - every line of every log whole, a JSON object of the shape the models write (an event's
   carried state too: crew/fast/shapes.py), events numbered 1, 2, 3, … and the last one closing
   its transaction (none cut short), the applied marker at that last event;
-- manifest.json equal to the run state the log last records, and the task files, one for each
-  task the log records, each equal to its last recorded state but for the field the leader
-  refreshes without an event (crew/store/state.py VOLATILE_TASK_FIELDS) — the full doctor
-  rebuilds the state from the same records, so equal documents are equal models;
+- manifest.json equal to the run state the log last records, every run state it records of
+  the same crew definition (which never changes in a run), and the task files, one for each
+  task the log records and each task crew.toml defines, each equal to its last recorded state
+  but for the field the leader refreshes without an event (crew/store/state.py
+  VOLATILE_TASK_FIELDS) — the full doctor rebuilds the state from the same records, so equal
+  documents are equal models;
 - each mailbox file holding exactly the lines the log's events carry for it, in their order:
   then no message lacks its latest version and no line is one no event records;
 - a run not ended has a leader that is not gone.
 
 At the first doubt — a condition not met, a file of a shape not expected, logs too big to read
-in the moment the run lock may be held — it says no, and the full doctor examines
-the run and reports what it finds. What it can miss is only what the models check beyond
-their JSON schemas, and only in a run whose event log and snapshots were edited alike by
-hand (a crew definition the leader would refuse, in the log and in the manifest alike).
+in the moment the run lock may be held — it says no, and the full doctor examines the run and
+reports what it finds (tests/test_fast_doctor.py makes each kind of damage and checks both).
+What it cannot see is what the models check of a crew definition beyond its JSON schema (a git
+workspace's repository, an autoRespond rule's pattern, a notify trigger, a duration's range),
+and only in a definition edited by hand alike in manifest.json and in every run state of the
+log: no crew writes one, and one edited anywhere else is a mismatch.
 """
 
 from __future__ import annotations
@@ -55,8 +61,14 @@ KIND_BOX = {
 }
 #: crew/models.py `_CARRIED`: the state an event's data may carry, and the shape of each.
 CARRIED = {"run": "manifest", "task": "task", "mailboxMessage": None, "checkpoint": "checkpoint"}
-#: A JSON escape of a UTF-16 surrogate (`\ud83d`): one alone is no JSON to the models.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+#: What Python's json reads and the models' parser does not, in a field of any type, where no
+#: record crew writes holds it: a JSON escape of a UTF-16 surrogate (`\ud83d`, invalid alone;
+#: crew writes text as UTF-8), or a number of thousands of digits ("number out of range" past
+#: 4,300). A string of as many digits is no record crew writes either.
+_NOT_THE_MODELS_JSON = re.compile(rb"\\u[dD][89a-fA-F]|[0-9]{1000}")
+#: How deep a line may nest: the models' parser refuses a line nested 200 deep, Python's json
+#: reads one five times as deep (crew's own records nest a dozen levels, a worker's JSON 64).
+MOST_DEPTH = 100
 #: crew/store/state.py VOLATILE_TASK_FIELDS, as the task files name it.
 VOLATILE = "lastOutputAt"
 #: How many bytes of logs the examination reads under the run lock: 4 MiB hold the leader up
@@ -73,7 +85,7 @@ def sound(files: RunFiles) -> bool:
         with RunLock(files.root):  # the files as one writer left them, read in a moment
             found = _Read(files)
         return found.sound()
-    except (Fallback, OSError, ValueError):  # ValueError: a line that is no JSON
+    except (Fallback, OSError, ValueError, RecursionError):  # no JSON, or nested past reading
         return False
 
 
@@ -91,10 +103,8 @@ class _Read:
         self.task_files = read_task_snapshots(files.root)
         self.logs = {name: read_file(files.box(name)) for name in BOXES}
         self.events = read_file(files.events)
-        # Python's json reads a lone surrogate (`"\udcff"`) that the models take for invalid
-        # JSON, in a field of any type; crew writes none (it writes text as UTF-8). A snapshot
-        # equal to what the log carries holds none where the log holds none.
-        if any(map(_SURROGATE_ESCAPE.search, (self.events, *self.logs.values()))):
+        read = [self.events, *self.logs.values(), read_file(files.manifest)]
+        if any(map(_NOT_THE_MODELS_JSON.search, [*read, *(self.task_files or {}).values()])):
             raise Fallback
 
     def sound(self) -> bool:
@@ -121,8 +131,11 @@ class _Read:
                 tasks[task["id"]] = task
         if run is None or run != self.run or self.task_files is None:
             return False
-        if set(tasks) != set(self.task_files):
-            return False
+        if any(e["data"]["run"]["config"] != run["config"] for e in events if _carries_run(e)):
+            return False  # a run's definition never changes: an earlier record edited
+        defined = {task["id"] for task in run["config"]["tasks"]}
+        if set(tasks) != set(self.task_files) or not defined <= set(tasks):
+            return False  # a task file missing, or one of no task the log records
         for task_id, recorded in tasks.items():
             snapshot = json.loads(self.task_files[task_id].decode())
             if not as_crew_writes(snapshot, "task") or _steady(snapshot) != _steady(recorded):
@@ -169,8 +182,30 @@ def _lines_of(data: bytes) -> list[bytes]:
 
 def _lines(data: bytes) -> list[Any]:
     """A log's lines, each parsed as the models parse it: UTF-8 (Python's json would take
-    UTF-16 too), no `NaN` (crew writes none)."""
-    return [json.loads(line.decode(), parse_constant=_no_constant) for line in _lines_of(data)]
+    UTF-16 too), no `NaN` (crew writes none), nested no deeper than MOST_DEPTH."""
+    lines = []
+    for raw in _lines_of(data):
+        line = json.loads(raw.decode(), parse_constant=_no_constant)
+        if raw.count(b"[") + raw.count(b"{") > MOST_DEPTH and not _shallow(line):
+            raise Fallback
+        lines.append(line)
+    return lines
+
+
+def _shallow(value: object) -> bool:
+    """Whether a parsed line nests no deeper than MOST_DEPTH."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MOST_DEPTH:
+            return False
+        inner = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in inner if isinstance(child, dict | list))
+    return True
+
+
+def _carries_run(event: dict[str, Any]) -> bool:
+    return (event.get("data") or {}).get("run") is not None
 
 
 def _event(event: object) -> bool:
