@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from leaders import Leader, eventually, store_of, write_crew
 
 from crew import clock, domain, ids, verbs
-from crew.domain import tasks
+from crew.domain import mailbox, tasks
+from crew.leader import answers
 from crew.leader.view import RunView
 from crew.models import Event, MailboxMessage, SupervisorContact
 from crew.paths import Home
@@ -352,3 +353,51 @@ def test_an_answer_written_meanwhile_is_known_before_the_question_is_seen_closed
 
     due = view.pending.due(view.state.tasks["plan"], answers_only_while_asking=True)
     assert [m.body for m in due][:1] == ["Postgres"]
+
+
+def _asks(store: RunStore, contact_id: str, prompt: str) -> None:
+    """The worker of `plan` asks a question (kept in the outbox, the task waiting on it)."""
+    with domain.change(store) as txn:
+        question = SupervisorContact(
+            id=contact_id, task_id="plan", type=ContactType.NEED_INPUT, prompt=prompt,
+            asked_at=clock.now(),
+        )  # fmt: skip
+        mailbox.contact(txn, question)
+        tasks.wait(txn, question)
+
+
+@pytest.mark.parametrize("then", ["asked again", "answered again"])
+def test_an_answer_to_a_replaced_question_is_rejected_for_a_text_worker(
+    make_run: Any, then: str
+) -> None:
+    # Accepted just before the worker took its question back, the answer reached it after it
+    # had asked another: as a plain line, which it read as the new question's answer.
+    store: RunStore = make_run(config(tasks=[{"id": "plan", "agent": "coder", "prompt": "p"}]))
+    with domain.change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=os.getpid())
+    _asks(store, "q_1", "Drop the old table?")
+    late = verbs.respond(store, "plan", "yes", session=SESSION).message
+    _asks(store, "q_2", "Which database?")
+    if then == "answered again":
+        verbs.respond(store, "plan", "sqlite", session=SESSION)
+    view = RunView(store, epoch=store.state().run.leader_epoch)
+    task = view.state.tasks["plan"]
+
+    assert [m.id for m in answers.due(view, task, plain=False)][:1] == [late.id]  # JSON: named
+    given = answers.due(view, task, plain=True)
+
+    assert [m.body for m in given] == ([] if then == "asked again" else ["sqlite"])
+    rejected = store.fold(Box.INBOX)[late.id]
+    assert rejected.status is MessageStatus.REJECTED and rejected.reason == answers.REPLACED
+    assert answers.due(view, view.state.tasks["plan"], plain=True) == given  # rejected once
+
+
+def test_a_late_answer_to_the_last_question_still_reaches_a_text_worker(make_run: Any) -> None:
+    store: RunStore = make_run(config(tasks=[{"id": "plan", "agent": "coder", "prompt": "p"}]))
+    with domain.change(store) as txn:
+        tasks.start(txn, "plan", attempt=1, pid=os.getpid())
+    _asks(store, "q_1", "Drop the old table?")
+    late = verbs.respond(store, "plan", "yes", session=SESSION).message
+    view = RunView(store, epoch=store.state().run.leader_epoch)
+
+    assert [m.id for m in answers.due(view, view.state.tasks["plan"], plain=True)] == [late.id]

@@ -417,7 +417,7 @@ class Leader:
         if worker.agent.settled:  # its turn is over, and it says it is idle next: work waits
             return
         plain = worker.adapter.answers_only_while_asking
-        due = self.view.pending.due(task, answers_only_while_asking=plain)
+        due = answers.due(self.view, task, plain=plain)
         if not due or (worker.agent.turn_ended and self._paused_at_limit(task)):
             return
         due, given, asked = secret_delivery.reveal_due(self.paths, self.view, due)
