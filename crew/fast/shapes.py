@@ -39,7 +39,8 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "number": (int, float),
     "boolean": (bool,),
 }
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A lone surrogate: searched for in non-ASCII text only (compiled then, by `re`'s cache).
+_SURROGATE = "[\ud800-\udfff]"
 #: A number's bounds: the keyword, and whether the value is within it.
 _BOUNDS: dict[str, Callable[[Any, Any], bool]] = {
     "minimum": lambda value, bound: value >= bound,
@@ -157,7 +158,7 @@ class _Shape:
 
 def _text(value: str) -> bool:
     """Whether a string is one the models read: JSON with no lone surrogate (`\\udcff`)."""
-    return value.isascii() or _SURROGATE.search(value) is None
+    return value.isascii() or re.search(_SURROGATE, value) is None
 
 
 def _string(node: dict[str, Any]) -> Check:

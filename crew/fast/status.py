@@ -14,8 +14,6 @@ from crew.fast.output import print_json
 from crew.fast.runfiles import RunFiles, open_run
 from crew.fast.shapes import as_crew_writes
 from crew.store.pending import PendingIndex
-from crew.text import colors_wanted
-from crew.textviews import terminal_width, write_status
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -45,6 +43,8 @@ def status(call: Call) -> int:
     if "--json" in call.options:
         print_json(document)
     else:
+        from crew.textviews import terminal_width, write_status  # a send imports none of it
+
         write_status(document, color=color, width=terminal_width())
     for index in indexes:  # a cache, written only by a command that did its work
         index.save_if_behind()
@@ -66,6 +66,8 @@ def colored(call: Call) -> bool:
         raise Fallback
     if choice != "auto":
         return choice == "always"
+    from crew.text import colors_wanted  # a send imports none of crew's text views
+
     return colors_wanted() and sys.stdout.isatty()
 
 
