@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from crew.errors import UsageError
 from crew.text import clip
 
+#: The patterns are the schemas' too, where `$` ends the text; Python's `$` also matches before a
+#: final newline, so they are matched here with `fullmatch` (`t1\n` is no task id).
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
 MAX_ID_LENGTH = 64
@@ -63,11 +65,11 @@ def token_hash(token: str) -> str:
 
 
 def is_task_id(value: str) -> bool:
-    return _TASK_ID_RE.match(value) is not None
+    return _TASK_ID_RE.fullmatch(value) is not None
 
 
 def is_run_id(value: str) -> bool:
-    return _RUN_ID_RE.match(value) is not None
+    return _RUN_ID_RE.fullmatch(value) is not None
 
 
 def check_task_id(value: str) -> str:
@@ -82,7 +84,7 @@ def check_task_id(value: str) -> str:
 
 def check_run_ref(value: str) -> str:
     """Return `value` if it can name a run (`latest` or an id prefix), else raise UsageError."""
-    if value != LATEST and _RUN_PREFIX_RE.match(value) is None:
+    if value != LATEST and _RUN_PREFIX_RE.fullmatch(value) is None:
         raise UsageError(
             f"Invalid run id {_shown(value)}: expected a run id such as 20261130-034100-7f3a, "
             "a unique prefix of one, or 'latest'."

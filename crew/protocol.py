@@ -220,7 +220,7 @@ def parse_line(line: str) -> Parsed | None:
     if kind is ContactType.WITHDRAW:
         return Withdrawn(rest[:MAX_PROMPT])
     if kind is ContactType.ACK:
-        if _MESSAGE_ID_RE.match(rest) is None:
+        if _MESSAGE_ID_RE.fullmatch(rest) is None:
             return _malformed(f"ack needs a message id like msg_…, got {rest[:40]!r}", text)
         return Ack(rest)
     limit = {ContactType.CHECKPOINT: MAX_CHECKPOINT, ContactType.SPAWN: MAX_SPAWN}

@@ -189,6 +189,7 @@ def test_generated_ids_are_the_agent_and_a_number_never_taken(cli: Cli, make_run
     [
         (("--agent", "nobody", "x"), 5, "crew: error: Run {run}'s crew has no agent 'nobody' (agents: coder).\n"),
         (("--agent", "coder", "--id", "../evil", "x"), 2, "crew: error: Invalid task id '../evil': expected 1-64 characters of a-z, 0-9, '_', '.', '-' starting with a letter or digit.\n"),
+        (("--agent", "coder", "--id", "new\n", "x"), 2, "crew: error: Invalid task id 'new\\n': expected 1-64 characters of a-z, 0-9, '_', '.', '-' starting with a letter or digit.\n"),
         (("--agent", "coder", "--depends-on", "/etc/passwd", "x"), 2, "crew: error: Invalid task id '/etc/passwd': expected 1-64 characters of a-z, 0-9, '_', '.', '-' starting with a letter or digit.\n"),
         (("--agent", "coder", "--id", "plan", "x"), 4, "crew: error: Run {run} already has a task 'plan'.\nChoose another --id, or leave it out for a generated one.\n"),
         (("--agent", "coder", "--id", "loop", "--depends-on", "loop", "x"), 2, "crew: error: Task loop cannot depend on itself (a cycle).\n"),

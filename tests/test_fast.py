@@ -975,6 +975,8 @@ def test_a_link_or_folder_for_another_tasks_file_is_the_full_commands(
         ("steer", "latest", "build", "not started"),  # queued: steer needs a live task
         ("steer", "latest", "nope", "no such task"),
         ("steer", "latest", "Bad/Id", "x"),
+        ("steer", "latest", "plan\n", "x"),  # Python's `$` would match before the newline
+        ("status", "2\n", "--json"),
         ("steer", "latest", "plan", "   "),
         ("steer", "latest", "plan", "x" * 70_000),
         ("steer", "latest", "plan", "x", "--session", "intruder@ci"),
@@ -1135,6 +1137,9 @@ def test_a_replay_prints_what_the_full_command_prints(
         ("add", "RUN", "x", "--agent", "nobody"),  # no such agent: 5
         ("add", "RUN", "x", "--agent", "coder", "--id", "plan"),  # taken: 4
         ("add", "RUN", "x", "--agent", "coder", "--id", "Bad/Id"),  # 2
+        ("add", "RUN", "x", "--agent", "coder", "--id", "new\n"),  # 2: not before the newline
+        ("add", "RUN", "x", "--agent", "coder", "--depends-on", "plan\n"),  # 2
+        ("cancel", "RUN", "plan\n"),  # 2
         ("add", "RUN", "x", "--agent", "coder", "--session", "intruder@ci"),  # not the owner: 4
         ("add", "RUN", " \n", "--agent", "coder"),  # a blank prompt: 2
         ("add", "RUN", "x", "--agent", "coder", "--title", "t" * 1025),  # 2

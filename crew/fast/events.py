@@ -97,14 +97,14 @@ def _event(line: bytes) -> dict[str, Any]:
     text_fields = (event.get("id"), event.get("runId"), event.get("at"), event.get("type"))
     if not all(isinstance(v, str) for v in text_fields):
         raise Fallback
-    if not _EVENT_ID_RE.match(event["id"]) or not _RUN_ID_RE.match(event["runId"]):
+    if not _EVENT_ID_RE.fullmatch(event["id"]) or not _RUN_ID_RE.fullmatch(event["runId"]):
         raise Fallback
-    if not _TIMESTAMP_RE.match(event["at"]):
+    if not _TIMESTAMP_RE.fullmatch(event["at"]):
         raise Fallback
     if event["type"] not in EVENT_TYPES:
         raise Fallback
     task, message, data = event.get("taskId"), event.get("message"), event.get("data")
-    if task is not None and not (isinstance(task, str) and _TASK_ID_RE.match(task)):
+    if task is not None and not (isinstance(task, str) and _TASK_ID_RE.fullmatch(task)):
         raise Fallback
     if not isinstance(message, str | None) or not isinstance(data, dict | None):
         raise Fallback

@@ -60,7 +60,7 @@ wrote = False
 
 
 def is_task_id(value: str) -> bool:
-    return _TASK_ID_RE.match(value) is not None
+    return _TASK_ID_RE.fullmatch(value) is not None
 
 
 def find_home(explicit: str | None) -> str:
@@ -84,7 +84,7 @@ def find_home(explicit: str | None) -> str:
 
 def resolve_run(home: str, ref: str) -> str:
     """The id of the run `ref` names (`latest`, an id, or a unique prefix of one)."""
-    if ref != LATEST and _RUN_PREFIX_RE.match(ref) is None:
+    if ref != LATEST and _RUN_PREFIX_RE.fullmatch(ref) is None:
         raise Fallback
     try:
         ids = run_ids(home)
@@ -101,7 +101,7 @@ def run_ids(home: str) -> list[str]:
     folder cannot be listed)."""
     runs = f"{home}/state/runs"
     names = os.listdir(runs)
-    return sorted(n for n in names if _RUN_ID_RE.match(n) and os.path.isdir(f"{runs}/{n}"))
+    return sorted(n for n in names if _RUN_ID_RE.fullmatch(n) and os.path.isdir(f"{runs}/{n}"))
 
 
 def _prefixed(ids: list[str], ref: str) -> list[str]:
