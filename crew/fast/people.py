@@ -6,7 +6,7 @@ command's to check)."""
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+import time
 
 from crew.fast.cmdline import Fallback
 from crew.fast.runfiles import RunFiles
@@ -18,7 +18,6 @@ WORKER_SESSION_PREFIX = "task:"
 #: The variables that make a command a worker's (crew/env.py): any of them, here or in an
 #: ancestor's starting environment, sends the command to the full path.
 WORKER_VARIABLES = ("CREW_WORKER_TOKEN", "CREW_RUN_ID", "CREW_TASK_ID")
-TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _ANCESTORS = 64
 #: How the cgroups crew makes for workers are named (crew/procs/cgroup.py PREFIX).
 CGROUP_PREFIX = b"crew-"
@@ -155,18 +154,40 @@ def lease(files: RunFiles, stale_after: float) -> Lease:
 
 
 def now() -> str:
-    """crew/clock.py `now`."""
-    return datetime.now(UTC).strftime(TIMESTAMP_FORMAT)
+    """crew/clock.py `now`: the time in UTC to the microsecond, as crew writes it (without
+    importing `datetime`, which would cost a send a twentieth of its instructions)."""
+    seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{micros:06d}Z"
+
+
+#: Days before each month of a common year, and in each month.
+_DAYS_BEFORE = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
+_DAYS_IN = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+#: Days from 0001-01-01 to 1970-01-01 (`date(1970, 1, 1).toordinal() - 1`).
+_EPOCH_DAYS = 719_162
+#: Where a timestamp crew writes has its separators: `YYYY-MM-DDTHH:MM:SS.ffffffZ`.
+_SEPARATORS = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (26, "Z"))
 
 
 def seconds_since(stamp: str) -> float:
-    if len(stamp) != 27 or not stamp.endswith("Z"):
+    """How long ago a timestamp crew wrote was; Fallback for any other text (a date that does
+    not exist too, as `datetime` refuses it)."""
+    if len(stamp) != 27 or any(stamp[at] != sep for at, sep in _SEPARATORS):
         raise Fallback
-    try:
-        moment = datetime.fromisoformat(stamp[:-1]).replace(tzinfo=UTC)
-    except ValueError:
-        raise Fallback from None
-    return (datetime.now(UTC) - moment).total_seconds()
+    fields = (stamp[0:4], stamp[5:7], stamp[8:10], stamp[11:13], stamp[14:16], stamp[17:19])
+    if not all(field.isascii() and field.isdigit() for field in (*fields, stamp[20:26])):
+        raise Fallback
+    year, month, day, hour, minute, second = map(int, fields)
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    if not (year >= 1 and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 60):
+        raise Fallback
+    if not 1 <= day <= _DAYS_IN[month - 1] + (month == 2 and leap):
+        raise Fallback
+    before = year - 1
+    days = before * 365 + before // 4 - before // 100 + before // 400
+    days += _DAYS_BEFORE[month - 1] + (month > 2 and leap) + day - 1 - _EPOCH_DAYS
+    moment = days * 86_400 + hour * 3_600 + minute * 60 + second + int(stamp[20:26]) / 1e6
+    return time.time() - moment
 
 
 def _alive(pid: int) -> bool:

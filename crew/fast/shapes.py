@@ -49,6 +49,8 @@ _BOUNDS: dict[str, Callable[[Any, Any], bool]] = {
     "exclusiveMaximum": lambda value, bound: value < bound,
 }
 _checks: dict[str, Check] = {}
+#: shapes.json, once read (a send checks three kinds of record).
+_schemas: dict[str, Any] = {}
 
 
 def as_crew_writes(record: object, kind: str) -> bool:
@@ -56,8 +58,10 @@ def as_crew_writes(record: object, kind: str) -> bool:
     models would write it again."""
     check = _checks.get(kind)
     if check is None:
-        with open(SHAPES, "rb") as handle:
-            schema = json.loads(handle.read())[kind]
+        if not _schemas:
+            with open(SHAPES, "rb") as handle:
+                _schemas.update(json.loads(handle.read()))
+        schema = _schemas[kind]
         check = _checks[kind] = _Shape(schema.get("$defs", {})).check(schema)
     return check(record)
 
