@@ -26,7 +26,7 @@ import os
 import sys
 
 from crew.fast import no_plugins, runfiles
-from crew.fast.cmdline import PLAIN_DURATION, Call, Fallback, parse
+from crew.fast.cmdline import Call, Fallback, is_plain_duration, parse
 
 TYPE_CHECKING = False  # `typing` costs a fast command a few milliseconds
 if TYPE_CHECKING:
@@ -186,4 +186,4 @@ def _left_to_the_full_command() -> bool:
         return True  # a shell asks the full command (click) to complete a command line
     timeout = os.environ.get("CREW_LOCK_TIMEOUT")
     # The full command checks an unusual one (the fast path never waits for the lock).
-    return timeout is not None and not PLAIN_DURATION.fullmatch(timeout)
+    return timeout is not None and not is_plain_duration(timeout)

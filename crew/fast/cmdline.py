@@ -13,15 +13,19 @@ import re
 import sys
 
 #: A duration crew/clock.py `parse_duration` surely takes (CREW_LOCK_TIMEOUT, a send's --timeout);
-#: any other is checked by the full command.
-PLAIN_DURATION = re.compile(r"(\d{1,6}(\.\d{1,6})?)(ms|s|m)?")
+#: any other is checked by the full command. Compiled (and cached by `re`) where one is given.
+PLAIN_DURATION = r"(\d{1,6}(\.\d{1,6})?)(ms|s|m)?"
 #: crew/clock.py's units of a PLAIN_DURATION.
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
+def is_plain_duration(text: str) -> bool:
+    return re.fullmatch(PLAIN_DURATION, text) is not None
+
+
 def plain_seconds(text: str) -> float:
     """A PLAIN_DURATION (checked to be one) in seconds."""
-    match = PLAIN_DURATION.fullmatch(text)
+    match = re.fullmatch(PLAIN_DURATION, text)
     if match is None:
         raise ValueError(f"not a plain duration: {text!r}")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(3) or "s"]

@@ -15,7 +15,7 @@ import os
 import sys
 
 from crew.fast import answering, people
-from crew.fast.cmdline import PLAIN_DURATION, Call, Fallback, plain_seconds, stdin_text
+from crew.fast.cmdline import Call, Fallback, is_plain_duration, plain_seconds, stdin_text
 from crew.fast.committing import commit, event
 from crew.fast.output import formats_apart, out, print_json, reader_may_go
 from crew.fast.runfiles import (
@@ -95,7 +95,7 @@ def send(call: Call) -> int:
     if not is_task_id(task_id) or (key is not None and not people.plain_text_id(key)):
         raise Fallback
     timeout = call.options.get("--timeout")
-    if timeout is not None and not PLAIN_DURATION.fullmatch(timeout):
+    if timeout is not None and not is_plain_duration(timeout):
         raise Fallback  # the full command reads it, or says why not
     who = people.session(call.options.get("--session"))
     files = open_run(call)
