@@ -122,6 +122,32 @@ def test_a_spawn_its_agent_may_not_make_is_refused_and_the_worker_told(
     assert 'Task parent may not add tasks: add \\"spawn\\" to `may` in [agents.lead].' in log
 
 
+#: Asks for a child named `kid` and a final newline, and prints what it was told.
+NEWLINE_NAMER = """
+import json, sys
+print("@supervisor spawn: " + json.dumps({"agent": "w", "prompt": "x", "id": "kid\\n"}), flush=True)
+print("told:", json.loads(sys.stdin.readline())["body"], flush=True)
+"""
+
+
+def test_a_spawn_naming_its_child_with_a_final_newline_is_refused_and_the_worker_told(
+    tmp_path: Path, home: Home
+) -> None:
+    script = tmp_path / "namer.py"
+    script.write_text(NEWLINE_NAMER)
+    command = [sys.executable, str(script)]
+    write_crew(
+        tmp_path, [{"id": "parent", "prompt": "x"}], command=command, agent={"may": ["spawn"]}
+    )
+    leader = Leader("run", "crew.toml", cwd=tmp_path)
+    store = store_of(home, leader.run_id)
+
+    assert leader.finish() == 0  # told, not failed: Python's `$` once took `kid\n` for an id
+    assert list(store.state().tasks) == ["parent"]
+    told = store.paths.log("parent").read_text()
+    assert "told: Refused: Invalid task id 'kid\\n'" in told
+
+
 NAMING_PARENT = """
 import os, sys, time
 from crew.worker import Worker
