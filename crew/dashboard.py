@@ -345,7 +345,12 @@ class Dashboard:
         text = console.input(f"Answer ({hint}; empty to skip): ").strip()
         if not text:
             return "Skipped: the question is still open."
-        if contact.options and text.isdigit() and 1 <= int(text) <= len(contact.options):
+        if (
+            contact.options
+            and text.isascii()
+            and text.isdigit()
+            and 1 <= int(text) <= len(contact.options)
+        ):
             text = contact.options[int(text) - 1]
         try:
             sent = verbs.respond(

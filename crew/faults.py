@@ -46,7 +46,7 @@ def _load() -> dict[str, int]:
             point, at, count = item.strip().rpartition("@")
             if not at:
                 point, count = count, "1"
-            if point and count.isdigit():
+            if point and count.isascii() and count.isdigit():
                 _armed[point] = int(count)
     return _armed
 

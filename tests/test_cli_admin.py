@@ -287,6 +287,7 @@ def test_doctor_finds_the_temp_files_of_every_folder_crew_writes_one_in(
     temps = [
         store.paths.mailbox_dir / f".steering.jsonl.{pid}.0a1b2c3d.tmp",
         store.paths.task_twins_dir / f".plan.json.{pid}.0a1b2c3d.tmp",
+        store.paths.root / ".tasks.json.\u00b2.0a1b2c3d.tmp",  # no pid (int() refuses '²')
     ]
     for temp in temps:
         temp.write_text("{")

@@ -318,12 +318,13 @@ def _until_listening(port: int, server: subprocess.Popen[bytes]) -> None:
     raise AssertionError(f"crew mcp --http never listened on {port} ({server.poll()=})")
 
 
-def test_http_takes_host_and_port(cli: Callable[..., Any]) -> None:
-    result = cli("mcp", "--http", "localhost")
+@pytest.mark.parametrize("address", ["localhost", "127.0.0.1:\u00b2", "127.0.0.1:\u0668\u0667"])
+def test_http_takes_host_and_port(cli: Callable[..., Any], address: str) -> None:
+    result = cli("mcp", "--http", address)  # a digit of another script is no port
 
     assert (result.code, result.out) == (2, "")
     assert result.err == (
-        "crew: error: --http: expected HOST:PORT such as 127.0.0.1:8765, got 'localhost'.\n"
+        f"crew: error: --http: expected HOST:PORT such as 127.0.0.1:8765, got {address!r}.\n"
     )
 
 

@@ -155,13 +155,15 @@ def test_a_save_removes_what_a_killed_save_left_and_nothing_of_a_live_one(
     left = saved.with_name(f".{saved.name}.{int(gone.stdout)}.0a1b2c3d.tmp")
     alive = saved.with_name(f".{saved.name}.{os.getppid()}.0a1b2c3d.tmp")
     other = saved.with_name(f".inbox.pending.json.{int(gone.stdout)}.0a1b2c3d.tmp")
-    for temp in (left, alive, other):
+    odd = saved.with_name(f".{saved.name}.\u00b2.0a1b2c3d.tmp")  # '²'.isdigit(), int() refuses
+    for temp in (left, alive, other, odd):
         temp.write_bytes(b"{")
 
     _index(files).current()
 
     assert saved.exists() and not left.exists()
     assert alive.exists() and other.exists()  # a save in progress; another index's
+    assert odd.exists()  # no writer crew names so: not its to remove
 
 
 def _keyed(message_id: str, key: object, status: str = "pending", **fields: object) -> bytes:

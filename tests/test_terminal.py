@@ -105,6 +105,25 @@ def test_the_live_view_shows_the_question_and_takes_the_answer(
 
 
 @NO_TMUX
+def test_a_digit_of_another_script_at_the_answer_prompt_is_refused_not_a_crash(
+    terminal: Terminal, home: Home
+) -> None:
+    terminal.shows("⏎ answer plan's question")
+    terminal.keys("Enter")
+    terminal.shows("Answer (number or text")
+    terminal.keys("²", "Enter")  # str.isdigit() says yes, int() says no
+
+    terminal.shows("Not sent:")
+    terminal.keys("Enter")
+    terminal.shows("Answer (number or text")
+    terminal.keys("2", "Enter")
+
+    terminal.shows("EXIT=0")
+    (run_id,) = home.run_ids()
+    assert "got respond sqlite" in store_of(home, run_id).paths.log("plan").read_text()
+
+
+@NO_TMUX
 def test_ctrl_c_stops_leading_and_says_how_to_resume(terminal: Terminal, home: Home) -> None:
     terminal.shows("⏎ answer plan's question")
 

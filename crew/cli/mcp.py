@@ -34,7 +34,7 @@ def mcp(
     address = None
     if http is not None:
         host, _, port = http.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise UsageError(f"--http: expected HOST:PORT such as 127.0.0.1:8765, got {http!r}.")
         address = (host.strip("[]"), int(port))
     crew_home = home_from(home)

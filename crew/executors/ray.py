@@ -202,7 +202,7 @@ def _host_and_port(address: str) -> tuple[str, int] | None:
             return None
         address = services.canonicalize_bootstrap_address_or_die("auto")
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"{address!r} is not a host:port address")
     return host, int(port)
 

@@ -114,7 +114,8 @@ class CgroupHome:
         with contextlib.suppress(OSError):
             for path in self.path.iterdir():
                 leader = path.name.rpartition("-")[2]
-                if path.name.startswith(PREFIX) and leader.isdigit() and not is_alive(int(leader)):
+                gone = leader.isascii() and leader.isdigit() and not is_alive(int(leader))
+                if path.name.startswith(PREFIX) and gone:
                     with contextlib.suppress(OSError):
                         path.rmdir()
 

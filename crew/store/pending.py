@@ -240,7 +240,7 @@ def _sweep(folder: str, prefix: str) -> None:
         return
     for name in names:
         pid = name[len(prefix) :].partition(".")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and _gone(int(pid)):
+        if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and _gone(int(pid)):
             with contextlib.suppress(OSError):
                 os.unlink(f"{folder}/{name}")
 

@@ -149,7 +149,7 @@ def leftovers(*folders: Path) -> list[Path]:
             if not entry.is_file(follow_symlinks=False):
                 continue  # a folder or a link so named is no temp file crew wrote
             writer = name.removesuffix(".tmp").rsplit(".", 2)[-2:-1]
-            pid = int(writer[0]) if writer and writer[0].isdigit() else None
+            pid = int(writer[0]) if writer and writer[0].isascii() and writer[0].isdigit() else None
             if pid is None or (pid != os.getpid() and not is_alive(pid)):
                 found.append(Path(entry.path))
     return sorted(found)
