@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import UTC, datetime
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
 
 _TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN)
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.ASCII)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The longest duration crew takes: a hundred years says "never" well enough, and every timer
 #: and `select` can hold it (a longer one overflows them).
 MAX_DURATION = 100 * 365 * 86400.0
+
+
+def deadline(timeout: float | None) -> float | None:
+    """When a wait of `timeout` seconds ends, on the monotonic clock: None (never) for no
+    timeout, and for one past MAX_DURATION (`inf` among them), which no timer can hold. A
+    timeout that is no number of seconds is a ValueError: NaN, which no wait would ever end
+    (it compares false with everything), a string, a bool."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or math.isnan(timeout):
+        raise ValueError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    return None if timeout > MAX_DURATION else time.monotonic() + timeout
 
 
 def now() -> str:

@@ -18,7 +18,7 @@ Duration = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)?$"},
+                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(ms|s|m|h|d)?$"},
                 {"type": "number", "minimum": 0},
             ],
             "description": "a duration: '500ms', '30s', '2m', '1h', or a number of seconds",

@@ -10,9 +10,10 @@ from crew.errors import UsageError
 from crew.text import clip
 
 #: The patterns are the schemas' too, where `$` ends the text; Python's `$` also matches before a
-#: final newline, so they are matched here with `fullmatch` (`t1\n` is no task id).
+#: final newline, so they are matched here with `fullmatch` (`t1\n` is no task id). Their digits
+#: are `[0-9]`: `\d` is any Unicode digit, in Python's engine and in the models' alike.
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
+RUN_ID_PATTERN = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4,16}$"
 MAX_ID_LENGTH = 64
 
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)
@@ -76,7 +77,7 @@ def check_task_id(value: str) -> str:
     """Return `value` if it is a valid task id, else raise UsageError (exit 2)."""
     if not is_task_id(value):
         raise UsageError(
-            f"Invalid task id {_shown(value)}: expected 1-64 characters of a-z, 0-9, '_', '.', '-' "
+            f"Invalid task id {shown(value)}: expected 1-64 characters of a-z, 0-9, '_', '.', '-' "
             "starting with a letter or digit."
         )
     return value
@@ -86,7 +87,7 @@ def check_run_ref(value: str) -> str:
     """Return `value` if it can name a run (`latest` or an id prefix), else raise UsageError."""
     if value != LATEST and _RUN_PREFIX_RE.fullmatch(value) is None:
         raise UsageError(
-            f"Invalid run id {_shown(value)}: expected a run id such as 20261130-034100-7f3a, "
+            f"Invalid run id {shown(value)}: expected a run id such as 20261130-034100-7f3a, "
             "a unique prefix of one, or 'latest'."
         )
     return value
@@ -124,7 +125,7 @@ def parse_worker_session(value: str) -> tuple[str, str | None] | None:
     task_id, _, run_id = value.removeprefix(WORKER_SESSION_PREFIX).partition("@")
     if not is_task_id(task_id) or (run_id and not is_run_id(run_id)):
         raise UsageError(
-            f"Invalid worker session {_shown(value)}: expected task:<taskId>, or "
+            f"Invalid worker session {shown(value)}: expected task:<taskId>, or "
             "task:<taskId>@<runId> for a worker of another run."
         )
     return task_id, run_id or None
@@ -138,7 +139,7 @@ def _check_text_id(value: str, what: str, source: str) -> str:
         0 < len(value) <= MAX_TEXT_ID_LENGTH and value.isprintable() and value == value.strip()
     ):
         raise UsageError(
-            f"Invalid {what} {_shown(value)}{where}: expected one line of 1-{MAX_TEXT_ID_LENGTH} "
+            f"Invalid {what} {shown(value)}{where}: expected one line of 1-{MAX_TEXT_ID_LENGTH} "
             "printable characters, with no space at either end."
         )
     return value
@@ -154,6 +155,6 @@ def _has_surrogates(value: str) -> bool:
     return False
 
 
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """An id quoted for an error message, cut short so a huge argument cannot flood the terminal."""
     return repr(value if len(value) <= MAX_ID_LENGTH + 8 else clip(value, MAX_ID_LENGTH + 1))

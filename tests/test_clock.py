@@ -19,6 +19,7 @@ from crew import clock
         "2026-13-03T16:31:24.123456Z",  # no such month
         " 2026-12-03T16:31:24.123456Z",
         "2026-12-03T16:31:24.123456Z\n",
+        "\u0662026-12-03T16:31:24.123456Z",  # a digit of another script
     ],
 )
 def test_only_a_timestamp_as_crew_writes_it_is_read(text: str) -> None:

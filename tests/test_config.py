@@ -162,7 +162,10 @@ def test_durations(text: str | int, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "fast", "-1s", "1w", "nan"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "fast", "-1s", "1w", "nan", "\u0663\u0660m", "\uff11\uff10s", "3\u00a0s", "\u00b2s"],
+)  # digits and spaces of other scripts: what `\d` and `\s` match beyond ASCII
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)

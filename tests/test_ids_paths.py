@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from crew import ids
 from crew.errors import NotFound, UsageError
+from crew.fast import runfiles
 from crew.paths import Home, find_home, home_option
 
 HOSTILE = ["../x", "/etc/passwd", "a/../../b", "", "a" * 65, "..", ".", "a/b", "A", "x\x00y", "a\n"]
@@ -71,7 +72,12 @@ def test_runs_resolve_by_latest_full_id_and_unique_prefix(home: Home) -> None:
     for run_id in ("20261130-034100-aaaa", "20261130-034100-bbbb", "20261130-034200-cccc"):
         (home.runs_dir / run_id).mkdir(parents=True)
     (home.runs_dir / ".new-20261130-050000-dddd").mkdir()  # a run being created: not listed
+    arabic = "".join(chr(0x0660 + int(d)) for d in "20261204")  # `\d` matches these digits too
+    (home.runs_dir / f"{arabic}-210914-65ac").mkdir()  # no run crew made: never `latest`
 
+    assert home.run_ids() == runfiles.run_ids(str(home.root)) == [
+        "20261130-034100-aaaa", "20261130-034100-bbbb", "20261130-034200-cccc",
+    ]  # fmt: skip
     assert home.resolve_run("latest").run_id == "20261130-034200-cccc"
     assert home.resolve_run("20261130-034100-bbbb").run_id == "20261130-034100-bbbb"
     assert home.resolve_run("20261130-034100-a").run_id == "20261130-034100-aaaa"

@@ -14,7 +14,7 @@ import sys
 
 #: A duration crew/clock.py `parse_duration` surely takes (CREW_LOCK_TIMEOUT, a send's --timeout);
 #: any other is checked by the full command. Compiled (and cached by `re`) where one is given.
-PLAIN_DURATION = r"(\d{1,6}(\.\d{1,6})?)(ms|s|m)?"
+PLAIN_DURATION = r"([0-9]{1,6}(\.[0-9]{1,6})?)(ms|s|m)?"
 #: crew/clock.py's units of a PLAIN_DURATION.
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0}
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 #: crew/models.py Event's fields as written, in order.
 EVENT_FIELDS = ("id", "seq", "runId", "at", "type", "taskId", "message", "data", "endSeq")
 EVENT_ID_PATTERN = r"^evt_[0-9a-z]{1,32}$"
-TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
 _EVENT_ID_RE = re.compile(EVENT_ID_PATTERN)
 _TIMESTAMP_RE = re.compile(TIMESTAMP_PATTERN)
 _TASK_ID_RE = re.compile(TASK_ID_PATTERN)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from crew.store.runstore import RunStore
 
 #: A --max-parallel the typer command surely reads as this number (click's int takes more).
-_COUNT = re.compile(r"[1-9]\d{0,8}")
+_COUNT = re.compile(r"[1-9][0-9]{0,8}")
 
 
 def run(call: Call) -> int:

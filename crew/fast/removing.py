@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: crew/paths.py REMOVING_PREFIX: a run folder being removed.
 REMOVING_PREFIX = ".rm-"
 #: A --keep the typer command surely reads as this number (click's int takes more).
-_COUNT = re.compile(r"\d{1,9}")
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def rm(call: Call) -> int:

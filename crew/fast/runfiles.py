@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 HOME_DIRNAME = ".crew"
-RUN_ID_PATTERN = r"^\d{8}-\d{6}-[0-9a-f]{4,16}$"
+RUN_ID_PATTERN = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4,16}$"
 RUN_PREFIX_PATTERN = r"^[0-9a-f-]{1,64}$"
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 LATEST = "latest"
