@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from crew import env
+from crew import clock, env
 from crew.attention import NOTHING_NEW, Decision, Judge, decide
 from crew.errors import CrewError, CrewTimeout
 from crew.frames import Message, child_told, read_checkpoint
@@ -190,8 +190,8 @@ class Worker:
         question = asked.prompt if isinstance(asked, Contact) else None
         with self._cond:
             asked_after = self._seq  # an answer queued before the question is an earlier one's
+        deadline = clock.deadline(timeout)  # a bad one is refused before anything is asked
         self._say(line)
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=prompt)
@@ -223,11 +223,11 @@ class Worker:
         (status `refused`, and why, if it could not be added). Without, return None at once.
         Raises LeaderGone at end of input, CrewTimeout after `timeout` seconds.
         """
+        deadline = clock.deadline(timeout)
         self._say(spawn_line(agent, prompt, task_id=task_id, wait=wait))
         if not wait:
             return None
         request = (agent, task_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 self._answer_nudges(waiting_on=f"spawned {agent} task")
@@ -258,7 +258,7 @@ class Worker:
         """
         if self.focus is not None:
             self.done()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = clock.deadline(timeout)
         with self._cond:
             while True:
                 if self._queue:

@@ -29,6 +29,7 @@ from crew.protocol import (
     Report,
     Withdrawn,
     parse_line,
+    spawn_line,
 )
 from crew.registry import Box, TaskStatus
 from crew.store.runstore import RunStore
@@ -470,6 +471,27 @@ def test_ask_gives_up_after_its_timeout_and_takes_its_question_back(h: Harness) 
 
     assert h.lines() == ["@supervisor need_input: x", "@supervisor withdraw: no answer within 0.1s"]
     assert parse_line(h.lines()[1]) == Withdrawn("no answer within 0.1s")
+
+
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_and_one_past_any_timer_never_ends(
+    h: Harness,
+) -> None:
+    # NaN compares false with everything: `next` spun a whole core for ever; `inf`, `1e10`:
+    # an OverflowError from the wait.
+    for wait in (h.worker.next, lambda timeout: h.worker.ask("x", timeout=timeout)):
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            wait(float("nan"))
+    h.worker.spawn("w", "child", wait=False)
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        h.worker.spawn("w", "child", timeout=float("nan"))
+    assert h.lines() == [spawn_line("w", "child", wait=False)]  # nothing asked, nothing spawned
+    threading.Timer(0.05, lambda: h.send("steer", "later", wait=False)).start()
+    for endless in (float("inf"), 1e10):
+        got = h.worker.next(timeout=endless)
+        assert got is not None and got.body == "later"
+        h.worker.done()
+        threading.Timer(0.05, lambda: h.send("steer", "later", wait=False)).start()
+    assert h.worker.next(timeout=5) is not None
 
 
 def test_the_end_of_input_raises_leader_gone(h: Harness) -> None:
