@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from crew import config, models
 from crew.config import CrewConfig
 from crew.errors import UsageError
+from crew.ids import shown
 from crew.models import (
     Checkpoint,
     Event,
@@ -62,7 +63,7 @@ def schema(name: str) -> dict[str, Any]:
         description, kind = SCHEMAS[name]
     except KeyError:
         raise UsageError(
-            f"Unknown schema {name!r}: expected one of {', '.join(SCHEMAS)}."
+            f"Unknown schema {shown(name)}: expected one of {', '.join(SCHEMAS)}."
         ) from None
     document = TypeAdapter(kind).json_schema(by_alias=True, mode="serialization")
     _describe(document, kind)

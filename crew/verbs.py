@@ -203,7 +203,7 @@ def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
     if contact_id is not None and (contact is None or contact.id != contact_id):
         current = f"its open question is {contact.id}" if contact else "it has no open question"
         raise Refused(
-            f"Task {task.id} is not waiting on {contact_id}: {current}.",
+            f"Task {task.id} is not waiting on {ids.shown(contact_id)}: {current}.",
             hint="The question was answered or replaced; look at `crew status`.",
         )
     if contact is None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from crew.domain.lease import Lease, LeaseState, read_lease
 from crew.errors import CrewError, UsageError
+from crew.ids import shown
 from crew.models import Event, MailboxMessage, Run, Task
 from crew.paths import Home
 from crew.registry import (
@@ -197,8 +198,9 @@ def event_filter(type_name: str | None, task: str | None) -> Callable[[Event], b
         families = {name.split(".")[0] for name in names}
         if wanted not in names and wanted not in families:
             raise UsageError(
-                f"Unknown event type {type_name!r}: expected one of {', '.join(sorted(families))}"
-                " or a full type such as task.started (see `crew schema event`)."
+                f"Unknown event type {shown(type_name)}: expected one of "
+                f"{', '.join(sorted(families))} or a full type such as task.started"
+                " (see `crew schema event`)."
             )
         family = wanted
 

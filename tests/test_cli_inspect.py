@@ -160,6 +160,29 @@ def test_bad_arguments_get_one_sentence_and_the_documented_exit_code(
     assert "Traceback" not in result.err
 
 
+HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("events", "latest", "--type", HUGE), 2),
+        (("schema", HUGE), 2),
+        (("add", "latest", "--agent", HUGE, "more"), 5),
+        (("respond", "latest", "plan", "postgres", "--contact", HUGE), 4),
+    ],
+)
+def test_a_huge_argument_is_shown_cut_short_in_the_error(
+    cli: Cli, make_run: MakeRun, args: tuple[str, ...], code: int
+) -> None:
+    waiting_run(make_run)
+
+    result = cli(*args)
+
+    assert (result.code, result.out) == (code, "")
+    assert "x" * 64 + "…" in result.err and len(result.err) < 1_000
+
+
 def test_status_without_any_run_is_not_found(cli: Cli) -> None:
     result = cli("status")
 

@@ -91,10 +91,8 @@ def add(txn: Txn, request: NewTask, *, key: str | None, session: str) -> Task:
     state, config = txn.state, txn.run.config
     agent = config.agents.get(request.agent)
     if agent is None:
-        known = ", ".join(config.agents)
-        raise NotFound(
-            f"Run {txn.run.run_id}'s crew has no agent {request.agent!r} (agents: {known})."
-        )
+        known, named = ", ".join(config.agents), ids.shown(request.agent)
+        raise NotFound(f"Run {txn.run.run_id}'s crew has no agent {named} (agents: {known}).")
     task_id = request.task_id or _new_id(request, state.tasks)
     if task_id in state.tasks:
         raise Refused(
