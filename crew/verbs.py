@@ -33,7 +33,7 @@ from crew.session import Actor, as_actor
 from crew.store import secret_answers
 from crew.store.runstore import RunStore
 from crew.store.txn import Txn
-from crew.text import short
+from crew.text import clip, short
 
 DEFAULT_NUDGE = "Please report your current status, blocker, or smallest next step."
 
@@ -203,7 +203,7 @@ def _answers(task: Task, text: str, contact_id: str | None) -> dict[str, Any]:
     if contact_id is not None and (contact is None or contact.id != contact_id):
         current = f"its open question is {contact.id}" if contact else "it has no open question"
         raise Refused(
-            f"Task {task.id} is not waiting on {ids.shown(contact_id)}: {current}.",
+            f"Task {task.id} is not waiting on {clip(contact_id, 65)}: {current}.",
             hint="The question was answered or replaced; look at `crew status`.",
         )
     if contact is None:
