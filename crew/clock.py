@@ -7,6 +7,8 @@ import re
 import time
 from datetime import UTC, datetime
 
+from crew.ids import shown
+
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
 
@@ -70,13 +72,14 @@ def parse_duration(value: str | float | int) -> float:
         match = _DURATION_RE.match(value)
         if match is None:
             raise ValueError(
-                f"expected a duration like '500ms', '30s', '2m', '1h' or a number, got {value!r}"
+                "expected a duration like '500ms', '30s', '2m', '1h' or a number, "
+                f"got {shown(value)}"
             )
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"expected a non-negative duration, got {value!r}")
+        raise ValueError(f"expected a non-negative duration, got {shown(value)}")
     if seconds > MAX_DURATION:
-        raise ValueError(f"expected a duration of at most 100 years (36500d), got {value!r}")
+        raise ValueError(f"expected a duration of at most 100 years (36500d), got {shown(value)}")
     return seconds
 
 

@@ -155,6 +155,9 @@ def _has_surrogates(value: str) -> bool:
     return False
 
 
-def shown(value: str) -> str:
-    """An id quoted for an error message, cut short so a huge argument cannot flood the terminal."""
+def shown(value: object) -> str:
+    """A value quoted for an error message (an id, an option's value), cut short so a huge
+    argument cannot flood the terminal."""
+    if not isinstance(value, str):
+        return repr(value)
     return repr(value if len(value) <= MAX_ID_LENGTH + 8 else clip(value, MAX_ID_LENGTH + 1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json as jsonlib
 import sys
 
+from crew.ids import shown
 from crew.output import SETTINGS, Color, colored, print_json_line
 from crew.text import RESET_STYLE, TerminalStream, json_safe
 
@@ -27,7 +28,7 @@ def tail_count(text: str | None) -> int | None:
     from crew.errors import UsageError
 
     if not text.isascii() or not text.isdigit():
-        raise UsageError(f"--tail: expected a number of lines (0 or more), got {text!r}.")
+        raise UsageError(f"--tail: expected a number of lines (0 or more), got {shown(text)}.")
     return int(text) if len(text) < 19 else sys.maxsize  # more lines than any log holds
 
 
@@ -49,7 +50,7 @@ def since_us(text: str | None) -> int | None:
         except ValueError:
             raise UsageError(
                 "--since: expected a duration like '10m' or an ISO 8601 time like "
-                f"'2026-11-30T12:00:00Z', got {text!r}."
+                f"'2026-11-30T12:00:00Z', got {shown(text)}."
             ) from None
         moment = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return int(moment * 1_000_000)

@@ -55,6 +55,22 @@ def test_a_command_line_the_parser_refuses_is_a_crew_error(
     assert (result.code, result.out, result.err) == (2, "", err)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("runs", "--status", "z" * 100_000), ("status", "latest", "--color", "z" * 100_000),
+     ("wait", "latest", "--for", "z" * 100_000), ("mailbox", "latest", "--box", "z" * 100_000),
+     ("wait", "latest", "--timeout", "z" * 100_000), ("logs", "latest", "--tail", "z" * 100_000),
+     ("logs", "latest", "--since", "z" * 100_000), ("mcp", "--http", "z" * 100_000)],
+)  # fmt: skip
+def test_a_huge_value_the_parser_refuses_is_shown_cut_short(
+    cli: Cli, args: tuple[str, ...]
+) -> None:
+    result = cli(*args)
+
+    assert (result.code, result.out) == (2, "")
+    assert "'" + "z" * 64 + "…'" in result.err and len(result.err) < 1_000
+
+
 def test_the_installed_command_reports_it_the_same_way() -> None:
     script = [sys.executable, "-m", "crew", "steer", "latest", "plan", "x", "--bogus"]
     done = subprocess.run(script, capture_output=True, text=True, check=False)

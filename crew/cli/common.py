@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Protocol, cast
@@ -11,6 +12,7 @@ import typer
 from crew import env
 from crew.errors import CrewError, ExitCode
 from crew.output import Color
+from crew.text import clip
 
 if TYPE_CHECKING:
     from crew.paths import Home
@@ -252,6 +254,10 @@ def _command_path(app: typer.Typer, argv: list[str] | None) -> str:
     return f"crew {words[0]}" if words and words[0] in names else "crew"
 
 
+#: A value the parser's message quotes that is too long to show whole (ids are cut the same).
+_LONG_QUOTED = re.compile(r"'([^']{73,})'")
+
+
 def _report_usage(usage: _ParserError, fallback_path: str) -> int:
     """The parser's error in crew's own form (docs/exit-codes.md): `crew: error: …` and a hint
     naming the command's --help; `crew` alone still shows the help (typer's marker class)."""
@@ -263,6 +269,7 @@ def _report_usage(usage: _ParserError, fallback_path: str) -> int:
 
     # typer words a value its type refused as pydantic does: "Value error, 'x' is not one of …".
     message = usage.format_message().replace("Value error, ", "").strip()
+    message = _LONG_QUOTED.sub(lambda value: f"'{clip(value[1], 65)}'", message)  # 100 KB typed
     if not message.endswith((".", "?", "!")):
         message += "."
     context = getattr(usage, "ctx", None)

@@ -186,7 +186,7 @@ def wait(
     """Block until a task starts or waits for an answer, or the run ends (for CI scripts)."""
     from crew.clock import option_duration
     from crew.errors import UsageError
-    from crew.ids import check_task_id
+    from crew.ids import check_task_id, shown
     from crew.render import emit
     from crew.waiting import Until, wait_for_run
 
@@ -194,7 +194,7 @@ def wait(
         until = Until(for_)
     except ValueError:
         choices = ", ".join(repr(u.value) for u in Until)
-        raise UsageError(f"--for: expected one of {choices}, got {for_!r}.") from None
+        raise UsageError(f"--for: expected one of {choices}, got {shown(for_)}.") from None
     if task is not None:
         check_task_id(task)
     limit = option_duration(timeout, "--timeout")

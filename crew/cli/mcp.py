@@ -29,13 +29,16 @@ def mcp(
 ) -> int:
     """Serve the verbs as MCP tools and run files as resources, as this session (stdio)."""
     from crew.errors import UsageError
+    from crew.ids import shown
 
     check_session_option(session)
     address = None
     if http is not None:
         host, _, port = http.rpartition(":")
         if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-            raise UsageError(f"--http: expected HOST:PORT such as 127.0.0.1:8765, got {http!r}.")
+            raise UsageError(
+                f"--http: expected HOST:PORT such as 127.0.0.1:8765, got {shown(http)}."
+            )
         address = (host.strip("[]"), int(port))
     crew_home = home_from(home)
     try:
