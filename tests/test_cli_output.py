@@ -328,3 +328,49 @@ def test_color_and_quiet_may_come_before_the_command(make_run: MakeRun) -> None:
     assert "\x1b[" not in crew("--color", "never", "mailbox", store.run_id, **env).stdout
     assert crew("--quiet", "runs", **env).stdout == f"{store.run_id}\n"
     assert crew("-q", "runs", **env).stdout == crew("runs", "-q", **env).stdout
+
+
+# ----------------------------------------------------------------------------- not UTF-8
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_stdout_that_is_not_utf8_gets_what_it_cannot_encode_escaped(
+    make_run: MakeRun, fast: str
+) -> None:
+    store = make_run()  # its status header has a `·`, which ASCII cannot encode
+    ascii_only = {"PYTHONIOENCODING": "ascii", "CREW_FAST": fast}
+
+    text = crew("status", store.run_id, **ascii_only)
+    data = crew("status", store.run_id, "--json", **ascii_only)
+
+    assert (text.returncode, data.returncode) == (0, 0), text.stderr + data.stderr
+    assert f"Run {store.run_id} \\u00b7 crew" in text.stdout  # was an internal error, exit 1
+    assert data.stdout.isascii()
+    assert json.loads(data.stdout) == json.loads(crew("status", store.run_id, "--json").stdout)
+
+
+def test_a_leader_whose_stdout_is_not_utf8_leads_a_worker_printing_any_text(
+    tmp_path: Path, home: Home
+) -> None:
+    say = ["sh", "-c", "printf '@supervisor progress: done \\342\\234\\223\\n'"]  # a ✓, in UTF-8
+    write_crew(tmp_path, [{"id": "t", "prompt": "x"}], command=say)
+
+    led = crew("run", "crew.toml", cwd=tmp_path, PYTHONIOENCODING="ascii")
+
+    assert led.returncode == 0, led.stderr  # the leader crashed at the worker's first line
+    assert "t progress: done \\u2713" in led.stdout
+    (run_id,) = home.run_ids()
+    assert store_of(home, run_id).state().run.status.value == "completed"
+
+
+def test_what_a_stream_cannot_encode_is_escaped_as_json_escapes_it() -> None:
+    import codecs
+
+    from crew import fast
+
+    fast._escape_what_the_streams_cannot_encode()  # registers the handler, whatever the streams
+    codecs.register_error(fast._ESCAPE, fast._json_escape)
+    text = 'caf\u00e9 \u2713 \U0001f680 "x"'
+    escaped = text.encode("ascii", errors=fast._ESCAPE).decode()
+    assert escaped == 'caf\\u00e9 \\u2713 \\ud83d\\ude80 "x"'
+    assert json.loads(f'"{escaped.replace(chr(34), chr(92) + chr(34))}"') == text

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
     _stand_in_for_closed_streams()
+    _escape_what_the_streams_cannot_encode()
     code = fast(args)
     if code is None:
         pause_collector()  # until the command begins (crew/cli/__init__.py `_root`)
@@ -90,6 +91,38 @@ def _stand_in_for_closed_streams() -> None:
             mode = "r" if fd == 0 else "w"
             stream = open(fd, mode, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
             setattr(sys, name, stream)
+
+
+def _escape_what_the_streams_cannot_encode() -> None:
+    """Where stdout or stderr is not UTF-8 (`PYTHONIOENCODING=ascii`, a C locale without UTF-8
+    mode), a character it cannot encode is written as a JSON escape (`\\u2713`), which reads
+    in text and keeps JSON valid, instead of failing the command (or a leader mid-run)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower()
+        if encoding.replace("-", "").replace("_", "") != "utf8":
+            import codecs
+
+            codecs.register_error(_ESCAPE, _json_escape)
+            stream.reconfigure(errors=_ESCAPE)  # type: ignore[union-attr]
+
+
+_ESCAPE = "crew.json-escape"
+
+
+def _json_escape(error: UnicodeError) -> tuple[str, int]:
+    """The characters the stream could not encode, as JSON writes them escaped (a character
+    beyond the first plane as its two surrogates)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    escaped = []
+    for character in error.object[error.start : error.end]:
+        code = ord(character)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), error.end
 
 
 def pause_collector() -> None:
