@@ -186,7 +186,13 @@ def find_home(start: Path | None = None, *, explicit: str | os.PathLike[str] | N
                 f"No crew home at {root} (from {source}).", hint="Create one with `crew init`."
             )
         return Home(root.resolve())
-    here = (start or Path.cwd()).resolve()
+    try:
+        here = (start or Path.cwd()).resolve()
+    except FileNotFoundError:
+        raise NotFound(
+            "The current folder no longer exists, so no crew home can be found from it.",
+            hint="Change to a folder that exists, or name the home with --home or CREW_HOME.",
+        ) from None
     for folder in (here, *here.parents):
         candidate = folder / HOME_DIRNAME
         if candidate.is_dir():
@@ -224,7 +230,10 @@ def home_option(home: Home) -> str:
     from shlex import quote
 
     root = home.root.resolve()
-    where = os.path.relpath(root, Path.cwd().resolve())
+    try:
+        where = os.path.relpath(root, Path.cwd().resolve())
+    except FileNotFoundError:  # the current folder is gone: only the whole path reaches it
+        where = ".."
     return f"--home {quote(str(root) if where.startswith('..') else where)}"
 
 

@@ -374,3 +374,56 @@ def test_what_a_stream_cannot_encode_is_escaped_as_json_escapes_it() -> None:
     escaped = text.encode("ascii", errors=fast._ESCAPE).decode()
     assert escaped == 'caf\\u00e9 \\u2713 \\ud83d\\ude80 "x"'
     assert json.loads(f'"{escaped.replace(chr(34), chr(92) + chr(34))}"') == text
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_a_command_run_from_a_deleted_folder_says_so(tmp_path: Path, fast: str) -> None:
+    gone = 'mkdir gone && cd gone && rmdir ../gone && exec "$@"'
+    env = {k: v for k, v in os.environ.items() if k != "CREW_HOME"}
+    done = subprocess.run(
+        ["sh", "-c", gone, "sh", sys.executable, "-m", "crew", "status"],
+        cwd=tmp_path, env={**env, "CREW_FAST": fast}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert (done.returncode, done.stdout) == (
+        5,
+        "",
+    )  # was "No such file …: a file of the crew home"
+    assert done.stderr.startswith("crew: error: The current folder no longer exists")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_an_output_that_cannot_be_written_is_said_in_a_sentence() -> None:
+    full = 'exec "$@" >/dev/full'
+    done = subprocess.run(
+        ["sh", "-c", full, "sh", sys.executable, "-m", "crew", "--version"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 1
+    assert done.stderr == "crew: error: Cannot write the output: No space left on device.\n"
+
+
+def test_a_run_started_from_a_deleted_folder_with_its_home_named_is_led(
+    tmp_path: Path, home: Home
+) -> None:
+    write_crew(tmp_path, [{"id": "t", "prompt": "exit:0"}])
+    gone = 'mkdir gone && cd gone && rmdir ../gone && exec "$@"'
+    argv = [
+        sys.executable,
+        "-m",
+        "crew",
+        "run",
+        str(tmp_path / "crew.toml"),
+        "--home",
+        str(home.root),
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "CREW_HOME"}
+    done = subprocess.run(
+        ["sh", "-c", gone, "sh", *argv],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr  # was exit 1 with the run made and never led
+    (run_id,) = home.run_ids()
+    assert store_of(home, run_id).state().run.status.value == "completed"

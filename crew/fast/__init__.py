@@ -76,9 +76,24 @@ def main(argv: list[str] | None = None) -> None:
         from crew.cli import main as full
 
         full(args)  # exits
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except OSError as error:
+        code = code or _unwritable(error)
     gc.freeze()  # nothing is left to collect: spare the interpreter's last walk over every object
     sys.exit(code)
+
+
+def _unwritable(error: OSError) -> int:
+    """stdout refused what was printed (`crew --version >/dev/full`, a reader gone): a sentence,
+    not a traceback; 0 for a reader that went away, as for every command."""
+    from crew.render import silence_stdout
+
+    silence_stdout()
+    if isinstance(error, BrokenPipeError):
+        return 0
+    sys.stderr.write(f"crew: error: Cannot write the output: {error.strerror or error}.\n")
+    return 1
 
 
 def _stand_in_for_closed_streams() -> None:
@@ -167,7 +182,11 @@ def fast(argv: list[str]) -> int | None:
     if argv == ["--version"]:
         from crew import __version__
 
-        sys.stdout.write(f"crew {__version__}\n")
+        try:
+            sys.stdout.write(f"crew {__version__}\n")
+            sys.stdout.flush()
+        except OSError as error:
+            return _unwritable(error)
         return 0
     try:
         call = parse(argv)

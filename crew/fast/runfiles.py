@@ -71,7 +71,10 @@ def find_home(explicit: str | None) -> str:
         if not os.path.isdir(root):
             raise Fallback
         return os.path.realpath(root)
-    here = os.path.realpath(os.getcwd())
+    try:
+        here = os.path.realpath(os.getcwd())
+    except FileNotFoundError:  # the current folder was deleted: the full command says so
+        raise Fallback from None
     while True:
         candidate = os.path.join(here, HOME_DIRNAME)
         if os.path.isdir(candidate):
