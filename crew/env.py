@@ -84,7 +84,7 @@ SECRETS_DIR = Variable(
     "CREW_SECRETS_DIR",
     frozenset({Scope.USER}),
     "where answers to secret questions wait for the leader, outside the run's files (default "
-    "`/dev/shm/crew-secrets-<uid>`, a tmpfs); it must be a folder only you may read",
+    "`/dev/shm/crew-secrets-<uid>`, a tmpfs); an absolute path to a folder only you may read",
 )
 FAULT = Variable(
     "CREW_FAULT",

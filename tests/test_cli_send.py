@@ -380,3 +380,25 @@ def test_a_secret_answer_typed_on_a_terminal_is_not_shown(make_run: MakeRun) -> 
     assert b"hunter2-deploy-token" not in shown  # neither echoed as typed nor printed after
     (answer,) = store.messages(Box.INBOX)
     assert answer.body == secret_answers.REDACTED
+
+
+@pytest.mark.parametrize("folder", [" ", "secrets", "./secrets"])
+def test_a_relative_secrets_folder_is_refused_and_nothing_is_written(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, folder: str
+) -> None:
+    # The leader and `crew respond` each resolved it from their own folder: the answer was left
+    # on disk where the command ran, and the leader called it lost.
+    store = make_run()
+    ask(store, secret=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CREW_SECRETS_DIR", folder)
+    home = store.paths.root.parent.parent.parent
+    before = snapshot_files(home), sorted(tmp_path.iterdir())
+
+    result = cli("respond", "latest", "plan", "-", stdin="hunter2\n")
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith(
+        f"crew: error: CREW_SECRETS_DIR must be an absolute path, got {folder!r}"
+    )
+    assert (snapshot_files(home), sorted(tmp_path.iterdir())) == before

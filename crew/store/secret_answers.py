@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from crew import env
-from crew.errors import Refused
+from crew.errors import CrewError, Refused, UsageError
+from crew.ids import shown
 from crew.models import MailboxMessage
 from crew.paths import RunPaths
 from crew.registry import MessageData
@@ -49,20 +50,26 @@ def reveal(paths: RunPaths, message: MailboxMessage) -> MailboxMessage | None:
         return message
     try:
         answer = (_folder(paths, create=False) / message.id).read_text(encoding="utf-8")
-    except (OSError, Refused):
+    except (OSError, CrewError):
         return None
     return message.model_copy(update={"body": answer})
 
 
 def forget(paths: RunPaths, message_id: str) -> None:
     """The answer reached the agent (or never will): remove it."""
-    with contextlib.suppress(OSError, Refused):
+    with contextlib.suppress(OSError, CrewError):
         (_folder(paths, create=False) / message_id).unlink()
 
 
 def _folder(paths: RunPaths, *, create: bool) -> Path:
     """The run's folder of secret answers: one per run folder, under a base only we can read."""
-    base = Path(env.SECRETS_DIR.value() or _runtime_base())
+    named = env.SECRETS_DIR.value()
+    if named and not os.path.isabs(named):  # each process would find it where it started
+        raise UsageError(
+            f"{env.SECRETS_DIR.name} must be an absolute path, got {shown(named)}: the leader "
+            "and `crew respond` resolve a relative one each from its own folder."
+        )
+    base = Path(named or _runtime_base())
     run = hashlib.sha256(str(paths.root.resolve()).encode()).hexdigest()[:16]
     folder = base / f"{paths.root.name}-{run}"
     if create:
