@@ -112,6 +112,10 @@ def current_actor(explicit: str | None = None, *, home: Path | None = None) -> A
     if worker is not None:
         return _worker(worker, explicit, from_env)
     mine = from_env or _user_at_host()
+    if from_env is None and not _is_session(mine):  # a user name no session id can be
+        if explicit is None:
+            check_session(mine, f"from {_user_source()}; set {env.SESSION.name} or --session")
+        mine = explicit or mine  # not recorded as the default of a session named
     session = explicit if explicit is not None else mine
     reserved = parse_worker_session(session)
     if reserved is not None:
@@ -190,6 +194,20 @@ def _same_folder(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _is_session(value: str) -> bool:
+    try:
+        check_session(value)
+    except UsageError:
+        return False
+    return True
+
+
+def _user_source() -> str:
+    """Where the default session's user name came from (getpass's order), for its error."""
+    names = ("LOGNAME", "USER", "LNAME", "USERNAME")
+    return next((name for name in names if os.environ.get(name)), "the user database")
 
 
 def _user_at_host() -> str:

@@ -20,6 +20,7 @@ from conftest import SESSION, CliResult, config, snapshot_files
 from leaders import eventually
 from test_verbs import ask, start
 
+from crew import fast
 from crew.cli.send import SECRET_PROMPT
 from crew.domain import change, mailbox
 from crew.errors import EXIT_CODES, ExitCode
@@ -402,3 +403,26 @@ def test_a_relative_secrets_folder_is_refused_and_nothing_is_written(
         f"crew: error: CREW_SECRETS_DIR must be an absolute path, got {folder!r}"
     )
     assert (snapshot_files(home), sorted(tmp_path.iterdir())) == before
+
+
+@pytest.mark.parametrize("user", ["bad\nname", "x" * 300, " spaced "])
+def test_a_user_name_no_session_can_be_is_refused_naming_where_it_came_from(
+    cli: Cli, make_run: MakeRun, monkeypatch: pytest.MonkeyPatch, user: str
+) -> None:
+    # CREW_SESSION_ID so named was refused, the same LOGNAME was recorded as the session.
+    store = make_run()
+    start(store)
+    monkeypatch.delenv("CREW_SESSION_ID", raising=False)
+    monkeypatch.setenv("LOGNAME", user)
+    home = store.paths.root.parent.parent.parent
+    before = snapshot_files(home)
+
+    refused = cli("steer", "latest", "plan", "x", "--force")
+    fast_path = fast.fast(["steer", "latest", "plan", "x", "--force", "--home", str(home)])
+
+    assert (refused.code, refused.out, fast_path) == (2, "", None)
+    assert refused.err.startswith("crew: error: Invalid session id ")
+    assert "(from LOGNAME; set CREW_SESSION_ID or --session)" in refused.err
+    assert snapshot_files(home) == before
+    named = cli("steer", "latest", "plan", "x", "--session", SESSION)
+    assert named.code == 0 and "defaultSession" not in store.paths.events.read_text()

@@ -51,6 +51,8 @@ def session(explicit: str | None) -> Session:
         if value is not None and not plain_session(value):
             raise Fallback
     mine = from_env or f"{_user()}@{os.uname().nodename}"
+    if not plain_session(mine):
+        raise Fallback  # a user name no session id can be: the full command says so, or not
     name = explicit if explicit is not None else mine
     return Session(name, mine if name != mine else None)
 
