@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from crew import ids
 from crew.errors import NotFound, UsageError
 from crew.fast import runfiles
+from crew.fast.cmdline import Fallback
 from crew.paths import Home, find_home, home_option
 
 HOSTILE = ["../x", "/etc/passwd", "a/../../b", "", "a" * 65, "..", ".", "a/b", "A", "x\x00y", "a\n"]
@@ -162,3 +164,24 @@ def test_home_option_is_what_a_command_typed_here_needs_to_reach_a_home(
     assert home_option(Home(beside)) == f"--home {beside.resolve()}"
     monkeypatch.setenv("CREW_HOME", str(beside))
     assert home_option(Home(beside)) == ""
+
+
+def test_a_folder_the_fast_path_may_not_look_into_is_the_full_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `Path.is_dir` raises there (the full command names the folder); `os.path.isdir` said no,
+    # and the fast path went on to a home further up (the fixtures' tmp_path/.crew).
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    monkeypatch.chdir(shut)
+    monkeypatch.delenv("CREW_HOME", raising=False)
+    real_stat = os.stat
+
+    def stat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        if str(path).startswith(str(shut)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", stat)
+    with pytest.raises(Fallback):
+        runfiles.find_home(None)

@@ -63,6 +63,17 @@ def is_task_id(value: str) -> bool:
     return _TASK_ID_RE.fullmatch(value) is not None
 
 
+def _is_dir(path: str) -> bool:
+    """`Path.is_dir`: a folder one may not look into is the full command's to name (it raises
+    there), where `os.path.isdir` would say no and go on to the next folder up."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return False
+        raise Fallback from None
+
+
 def find_home(explicit: str | None) -> str:
     """The crew home, found as crew/paths.py `find_home` finds it."""
     named = explicit if explicit is not None else os.environ.get("CREW_HOME") or None
@@ -77,7 +88,7 @@ def find_home(explicit: str | None) -> str:
         raise Fallback from None
     while True:
         candidate = os.path.join(here, HOME_DIRNAME)
-        if os.path.isdir(candidate):
+        if _is_dir(candidate):
             return candidate
         parent = os.path.dirname(here)
         if parent == here:
