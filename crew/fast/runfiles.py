@@ -64,8 +64,7 @@ def is_task_id(value: str) -> bool:
 
 
 def _is_dir(path: str) -> bool:
-    """`Path.is_dir`: a folder one may not look into is the full command's to name (it raises
-    there), where `os.path.isdir` would say no and go on to the next folder up."""
+    """`Path.is_dir`: a folder one may not look into is the full command's (it raises there)."""
     try:
         return stat.S_ISDIR(os.stat(path).st_mode)
     except OSError as error:
