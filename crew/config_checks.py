@@ -83,16 +83,26 @@ class Checked:
     problems: list[ConfigProblem]
 
 
+#: The most of a crew.toml crew reads: a crew of ten thousand tasks is a megabyte or two, and
+#: a path that never ends (`crew validate /dev/zero`) must not fill the memory.
+MAX_CREW_TOML = 16 * 1024 * 1024
+
+
 def check_file(path: Path) -> Checked:
-    """Read crew.toml and check it; a missing or unreadable file is a UsageError."""
+    """Read crew.toml and check it; a missing, unreadable or endless file is a UsageError."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CREW_TOML + 1)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file.", hint="Create one with `crew init`.") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: a folder, not a file.") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror}).") from None
+    if len(raw) > MAX_CREW_TOML:
+        raise UsageError(
+            f"{path}: more than the {MAX_CREW_TOML // 2**20} MiB crew reads of a crew.toml."
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -320,6 +320,15 @@ def test_a_missing_file_is_a_usage_error(cli: Cli) -> None:
     assert result.err == "crew: error: nope.toml: no such file.\nCreate one with `crew init`.\n"
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_file_that_never_ends_is_refused_not_read_whole(cli: Cli, command: str) -> None:
+    result = cli(command, "/dev/zero")  # read whole, it filled the memory (2.4 GB in 3 s)
+
+    assert (result.code, result.out) == (2, "")
+    assert result.err == "crew: error: /dev/zero: more than the 16 MiB crew reads of a crew.toml.\n"
+
+
 def test_the_crew_command_validates_in_a_process_of_its_own(
     crew_toml: Callable[[str], Path], tmp_path: Path
 ) -> None:
