@@ -112,12 +112,16 @@ def _escape_what_the_streams_cannot_encode() -> None:
     """Where stdout or stderr is not UTF-8 (`PYTHONIOENCODING=ascii`, a C locale without UTF-8
     mode), a character it cannot encode is written as a JSON escape (`\\u2713`), which reads
     in text and keeps JSON valid, instead of failing the command (or a leader mid-run)."""
-    for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "utf-8").lower()
-        if encoding.replace("-", "").replace("_", "") != "utf8":
-            import codecs
+    narrow = [
+        stream
+        for stream in (sys.stdout, sys.stderr)
+        if (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "") != "utf8"
+    ]
+    if narrow:
+        import codecs
 
-            codecs.register_error(_ESCAPE, _json_escape)
+        codecs.register_error(_ESCAPE, _json_escape)
+        for stream in narrow:
             stream.reconfigure(errors=_ESCAPE)  # type: ignore[union-attr]
 
 
